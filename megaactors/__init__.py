@@ -1,0 +1,70 @@
+"""megaactors: build, run and measure MegaAgent-style multi-agent systems as actors.
+
+Agent logic is written once as a :class:`~megaactors.behaviour.Behaviour` (pure
+functions over serializable state that return effects) and executed by a runtime;
+the deterministic simulation runtime is the default.
+"""
+
+from megaactors.agent import Agent, AgentState, TransitionError
+from megaactors.behaviour import (
+    AgentContext,
+    Behaviour,
+    BehaviourError,
+    Effects,
+    LLMRequest,
+    Send,
+    ToolCall,
+    ToolResult,
+)
+from megaactors.behaviours import ChatRound, expected_messages
+from megaactors.ledger import Ledger
+from megaactors.llm import PRICES, LatencyModel, LLMReply, SimulatedLLM, TokenModel
+from megaactors.messages import ADMIN, CHANNELS, HIERARCHY, INTRA, Batch, Message, MessageError, Packet, decode, encode
+from megaactors.organisation import Organisation, OrganisationError, RecruitError, RouteError
+from megaactors.runtime import RUNTIMES, RunResult, SimRuntime
+from megaactors.spec import ParameterError, RunSpec
+from megaactors.trace import Trace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ADMIN",
+    "CHANNELS",
+    "HIERARCHY",
+    "INTRA",
+    "PRICES",
+    "RUNTIMES",
+    "Agent",
+    "AgentContext",
+    "AgentState",
+    "Batch",
+    "Behaviour",
+    "BehaviourError",
+    "ChatRound",
+    "Effects",
+    "LLMReply",
+    "LLMRequest",
+    "LatencyModel",
+    "Ledger",
+    "Message",
+    "MessageError",
+    "Organisation",
+    "OrganisationError",
+    "Packet",
+    "ParameterError",
+    "RecruitError",
+    "RouteError",
+    "RunResult",
+    "RunSpec",
+    "Send",
+    "SimRuntime",
+    "SimulatedLLM",
+    "TokenModel",
+    "ToolCall",
+    "ToolResult",
+    "Trace",
+    "TransitionError",
+    "decode",
+    "encode",
+    "expected_messages",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from megaactors.cli import main
+
+sys.exit(main())

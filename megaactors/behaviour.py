@@ -1,0 +1,158 @@
+"""The behaviour protocol: agent logic as pure functions that return effects.
+
+A behaviour never sleeps, opens a socket or touches a thread. It looks at an agent's
+serializable state and the batch of messages it took, and returns :class:`Effects`:
+messages to send, an LLM request, agents to recruit and a new state. A runtime
+performs the effects (in virtual time, on threads, on an event loop) and calls the
+behaviour back with the LLM reply; returning another LLM request from
+:meth:`Behaviour.on_reply` is the function-call loop of MegaAgent's Algorithm 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from megaactors.llm import LLMReply
+    from megaactors.messages import Batch
+    from megaactors.organisation import Organisation
+
+__all__ = [
+    "NOTHING",
+    "UNCHANGED",
+    "AgentContext",
+    "Behaviour",
+    "BehaviourError",
+    "Effects",
+    "LLMRequest",
+    "Send",
+    "ToolCall",
+    "ToolResult",
+]
+
+
+class _Unchanged:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED: Any = _Unchanged()
+"""Marker for :attr:`Effects.state`: keep the agent's state as it is."""
+
+
+class BehaviourError(RuntimeError):
+    """A behaviour raised; the text names the agent and the message it was handling."""
+
+
+@dataclass(slots=True)
+class Send:
+    """One payload sent on ``channel`` to each of ``recipients`` (one message each)."""
+
+    recipients: Sequence[int]
+    channel: str
+    kind: str
+    payload: Any
+    parent: int | None = None
+    """Id of the message that caused this one (causal parent)."""
+
+
+@dataclass(slots=True)
+class LLMRequest:
+    """An LLM call the agent wants made.
+
+    ``new_tokens`` counts the prompt beyond the system prompt and the memory window
+    (``None``: the messages of the batch just taken; inside the function-call loop:
+    the tool result); ``output_tokens`` is the reply length (``None``: the model's
+    default).
+    """
+
+    new_tokens: int | None = None
+    output_tokens: int | None = None
+    stage: str = ""
+    """Free label for accounting (e.g. planning, task_solving, merging)."""
+    prompt: str | None = None
+    """Text for a real LLM; simulated LLMs only count tokens."""
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A tool the agent wants run inside Processing (the other half of the
+    function-call loop). It takes ``duration_s`` of virtual time; with ``lock`` set
+    it first waits for that named mutex and holds it throughout (MegaAgent
+    serialises every git operation behind one global lock)."""
+
+    name: str
+    duration_s: float = 0.0
+    lock: str | None = None
+    args: Any = None
+    stage: str = ""
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """What a tool call returned and when it ran."""
+
+    name: str
+    result: Any
+    started_s: float
+    finished_s: float
+    waited_s: float
+    """Time spent waiting for the lock before starting."""
+    stage: str = ""
+
+
+@dataclass(slots=True)
+class Effects:
+    """What a behaviour wants done. At most one of ``llm`` and ``tool``; with
+    neither, the agent moves to Response and its sends are delivered."""
+
+    state: Any = UNCHANGED
+    sends: Sequence[Send] = ()
+    llm: LLMRequest | None = None
+    tool: ToolCall | None = None
+    recruits: int = 0
+    """Agents to recruit; they start Idle with :meth:`Behaviour.init` state."""
+
+
+NOTHING = Effects()
+"""Effects that do nothing (do not mutate)."""
+
+
+@dataclass(slots=True)
+class AgentContext:
+    """What a behaviour may read besides the agent's own state."""
+
+    agent: int
+    org: Organisation
+    now: float
+    recruited: list[int] = field(default_factory=list)
+    """Ids of agents recruited by the previous effects of this agent."""
+
+
+class Behaviour(Protocol):
+    """Agent logic, written once and run by every runtime."""
+
+    name: str
+
+    def init(self, agent: int, org: Organisation) -> Any:
+        """Initial serializable state of ``agent``."""
+        ...
+
+    def on_start(self, ctx: AgentContext, state: Any) -> Effects | None:
+        """Called once per agent at time 0; ``None`` leaves the agent Idle."""
+        ...
+
+    def on_batch(self, ctx: AgentContext, state: Any, batch: Batch) -> Effects:
+        """The agent entered Processing with ``batch`` (its whole in-queue)."""
+        ...
+
+    def on_reply(self, ctx: AgentContext, state: Any, reply: LLMReply) -> Effects:
+        """The LLM answered; return another request to keep Processing, or none to respond."""
+        ...
+
+    # Behaviours that return a ToolCall also define:
+    #   def on_tool(self, ctx: AgentContext, state: Any, result: ToolResult) -> Effects

@@ -1,0 +1,193 @@
+"""The chat round: the workload of every coordination-cost experiment.
+
+In one round every agent sends one message to every agent it may chat with on each
+of its channels:
+
+* flat: every other agent (``N(N-1)`` messages);
+* two-tier: every other member of its group, and each admin also every other admin
+  on the admin channel (``Σ sᵢ(sᵢ-1) + a(a-1)``); a boss, if any, exchanges one
+  message with each admin on the hierarchy channel (``+ 2a``);
+* star: every spoke sends to the hub and the hub replies to each (``2(N-1)``);
+* hierarchy: a task flows down every tree edge from the boss and a result flows back
+  up every edge (``2(N-1)``).
+
+Every batch an agent takes costs one LLM call (it reads the batch); composing its
+first message costs one more. With several rounds, an agent sends round ``r + 1``
+once it has read every round-``r`` message addressed to it (no agent can be more
+than one round ahead of a peer, so two counters suffice).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from megaactors.behaviour import NOTHING, AgentContext, Effects, LLMRequest, Send
+from megaactors.llm import LLMReply
+from megaactors.messages import ADMIN, HIERARCHY, INTRA, Batch
+from megaactors.organisation import Organisation
+
+__all__ = ["ChatRound", "expected_messages", "mesh_channels", "mesh_degree"]
+
+
+_TEXT = (
+    "Status update: my part of the task is progressing; here are my findings, open "
+    "questions and the dependencies I need from you before the next step can start. "
+) * 64
+
+# state slots
+_ROUND, _GOT, _AHEAD, _TODO, _SENDERS, _EXPECTED = 0, 1, 2, 3, 4, 5
+_NOTHING, _SEND_ROUND, _TASK_DOWN, _RESULT_UP, _ANSWER = 0, 1, 2, 3, 4
+
+
+def mesh_channels(org: Organisation, a: int) -> list[tuple[str, list[int]]]:
+    """Channels and peers of ``a`` for a symmetric exchange: each pair on one channel,
+    the first of intra, admin, hierarchy that allows it."""
+    channels = []
+    intra = org.group_peers(a)
+    if intra:
+        channels.append((INTRA, intra))
+    admin = org.admin_peers(a)
+    tree = org.tree_neighbours(a)
+    if admin or tree:
+        covered = set(intra)
+        admin = [b for b in admin if b not in covered]
+        if admin:
+            channels.append((ADMIN, admin))
+            covered.update(admin)
+        tree = [b for b in tree if b not in covered]
+        if tree:
+            channels.append((HIERARCHY, tree))
+    return channels
+
+
+def mesh_degree(org: Organisation, a: int) -> int:
+    """``sum(len(peers) for _, peers in mesh_channels(org, a))``, cheaply where the
+    structure allows (two-tier without a boss, flat)."""
+    if org.kind in ("two-tier", "flat") and org.boss is None:
+        degree = len(org.groups[org.member_group[a]]) - 1
+        if org.admin_group[a] >= 0:
+            degree += len(org.groups) - 1
+        return degree
+    return sum(len(peers) for _, peers in mesh_channels(org, a))
+
+
+def expected_messages(org: Organisation, rounds: int = 1) -> int:
+    """The closed-form message count of ``rounds`` chat rounds on ``org``."""
+    if org.kind in ("star", "hierarchy"):
+        return 2 * (org.n - 1) * rounds
+    return rounds * sum(len(peers) for a in range(org.n) for _, peers in mesh_channels(org, a))
+
+
+class ChatRound:
+    """``rounds`` chat rounds over any organisation."""
+
+    name = "chat-round"
+
+    def __init__(self, rounds: int = 1, message_bytes: int = 200, output_tokens: int | None = None) -> None:
+        if rounds < 0:
+            raise ValueError(f"rounds must be >= 0, got {rounds}")
+        if not 0 <= message_bytes <= len(_TEXT):
+            raise ValueError(f"message_bytes must be between 0 and {len(_TEXT)}, got {message_bytes}")
+        self.rounds = rounds
+        self.text = _TEXT[:message_bytes]
+        self.output_tokens = output_tokens
+        self._compose = Effects(llm=LLMRequest(new_tokens=0, output_tokens=output_tokens, stage="chat"))
+        self._read = Effects(llm=LLMRequest(new_tokens=None, output_tokens=output_tokens, stage="chat"))
+
+    # ------------------------------------------------------------------ protocol
+
+    def init(self, agent: int, org: Organisation) -> list[Any]:
+        return [0, 0, 0, _NOTHING, [], 0]
+
+    def on_start(self, ctx: AgentContext, state: list[Any]) -> Effects | None:
+        if self.rounds == 0:
+            return None
+        org, a = ctx.org, ctx.agent
+        if org.kind == "hierarchy":
+            if a != org.boss or not org.children.get(a):
+                return None
+            todo = _TASK_DOWN
+        elif org.kind == "star":
+            if a == org.boss:
+                return None
+            todo = _SEND_ROUND
+        else:
+            expected = mesh_degree(org, a)
+            if not expected:
+                return None
+            state[_EXPECTED] = expected
+            todo = _SEND_ROUND
+        state[_TODO] = todo
+        return self._compose
+
+    def on_batch(self, ctx: AgentContext, state: list[Any], batch: Batch) -> Effects:
+        kind = ctx.org.kind
+        if kind == "hierarchy":
+            self._tree_batch(ctx, state, batch)
+        elif kind == "star":
+            self._star_batch(ctx, state, batch)
+        else:
+            self._mesh_batch(ctx, state, batch)
+        return self._read
+
+    def on_reply(self, ctx: AgentContext, state: list[Any], reply: LLMReply) -> Effects:
+        todo = state[_TODO]
+        state[_TODO] = _NOTHING
+        if todo == _NOTHING:
+            return NOTHING
+        org, a = ctx.org, ctx.agent
+        r = state[_ROUND]
+        if todo == _SEND_ROUND:
+            if org.kind == "star":
+                sends = [Send((org.parent[a],), HIERARCHY, "ask", [r, self.text])]
+            else:
+                payload = [r, self.text]
+                sends = [Send(peers, ch, "chat", payload) for ch, peers in mesh_channels(org, a)]
+                state[_ROUND], state[_GOT], state[_AHEAD] = r + 1, state[_AHEAD], 0
+            return Effects(sends=sends)
+        if todo == _ANSWER:
+            senders = state[_SENDERS]
+            state[_SENDERS] = []
+            return Effects(sends=[Send(senders, HIERARCHY, "answer", [r, self.text])])
+        if todo == _TASK_DOWN:
+            return Effects(sends=[Send(org.children[a], HIERARCHY, "task", [r, self.text])])
+        # _RESULT_UP
+        return Effects(sends=[Send((org.parent[a],), HIERARCHY, "result", [r, self.text])])
+
+    # ------------------------------------------------------------------ per organisation kind
+
+    def _mesh_batch(self, ctx: AgentContext, state: list[Any], batch: Batch) -> None:
+        r = state[_ROUND]
+        ahead = 0 if r >= self.rounds else sum(1 for p in batch.packets if p.payload[0] == r)
+        state[_AHEAD] += ahead
+        state[_GOT] += len(batch) - ahead
+        if r < self.rounds and state[_GOT] == state[_EXPECTED]:
+            state[_TODO] = _SEND_ROUND
+
+    def _star_batch(self, ctx: AgentContext, state: list[Any], batch: Batch) -> None:
+        if ctx.agent == ctx.org.boss:
+            state[_SENDERS] = [m.sender for m in batch]
+            state[_ROUND] = batch[-1].payload[0]
+            state[_TODO] = _ANSWER
+            return
+        state[_ROUND] += 1
+        if state[_ROUND] < self.rounds:
+            state[_TODO] = _SEND_ROUND
+
+    def _tree_batch(self, ctx: AgentContext, state: list[Any], batch: Batch) -> None:
+        org, a = ctx.org, ctx.agent
+        children = org.children.get(a, [])
+        for m in batch:
+            if m.kind == "task":
+                state[_ROUND] = m.payload[0]
+                state[_GOT] = 0
+                state[_TODO] = _TASK_DOWN if children else _RESULT_UP
+            else:
+                state[_GOT] += 1
+        if children and state[_GOT] == len(children):
+            state[_GOT] = 0
+            if a != org.boss:
+                state[_TODO] = _RESULT_UP
+            elif state[_ROUND] + 1 < self.rounds:
+                state[_ROUND] += 1
+                state[_TODO] = _TASK_DOWN

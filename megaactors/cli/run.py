@@ -1,0 +1,42 @@
+"""``megaactors run``: one chat-round run, summarised or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from megaactors.cli.common import add_run_options, spec_from_args
+
+__all__ = ["format_summary", "register"]
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="run a chat round on an organisation and report its cost")
+    add_run_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    summary = spec.execute().summary()
+    print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
+    return 0
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """A readable multi-line summary of a run."""
+    by_channel = ", ".join(f"{k} {v:,}" for k, v in s["messages_by_channel"].items() if v)
+    lines = [
+        f"{s['topology']} organisation: {s['agents']:,} agents in {s['groups']:,} groups, {s['levels']} level(s)"
+        f" — {s['rounds']} round(s) on the {s['runtime']} runtime, seed {s['seed']}",
+        f"  messages      {s['messages']:,}" + (f" ({by_channel})" if by_channel else ""),
+        f"  bytes         {s['bytes']:,}",
+        f"  LLM calls     {s['llm_calls']:,} in {s['batches']:,} batches",
+        f"  tokens        {s['tokens_in']:,} in / {s['tokens_out']:,} out",
+        f"  cost          ${s['cost_usd']:.4f} ({s['model']})",
+        f"  makespan      {s['virtual_time_s']:.2f} s virtual, {s['wall_s']:.3f} s wall",
+        f"  peak queue    {s['peak_queue_depth']:,} messages",
+    ]
+    return "\n".join(lines)

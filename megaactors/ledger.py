@@ -1,0 +1,139 @@
+"""Cost accounting: messages, bytes, LLM calls, tokens and dollars.
+
+Totals, per channel, per LLM stage, per agent and (derived from the organisation)
+per hierarchy level; peak in-queue depth, virtual makespan and wall time.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import TYPE_CHECKING, Any
+
+from megaactors.messages import CHANNELS
+
+if TYPE_CHECKING:
+    from megaactors.llm import LLMReply
+    from megaactors.organisation import Organisation
+
+__all__ = ["AGENT_COLUMNS", "Ledger"]
+
+AGENT_COLUMNS = ("sent", "received", "bytes_sent", "bytes_received", "llm_calls", "tokens_in", "tokens_out", "batches")
+
+
+class Ledger:
+    """Running totals of everything a run costs."""
+
+    def __init__(self, n_agents: int = 0) -> None:
+        self.messages = 0
+        self.bytes = 0
+        self.llm_calls = 0
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.cost_usd = 0.0
+        self.messages_by_channel: dict[str, int] = dict.fromkeys(CHANNELS, 0)
+        self.bytes_by_channel: dict[str, int] = dict.fromkeys(CHANNELS, 0)
+        self._stages: dict[str, list[float]] = {}
+        self.peak_queue_depth = 0
+        self.peak_llm_in_flight = 0
+        self.llm_time_s = 0.0
+        """Sum of every LLM call's latency (busy time, not makespan)."""
+        self.tool_calls = 0
+        self.tool_time_s = 0.0
+        self.lock_wait_s = 0.0
+        """Time agents spent waiting for tool locks (contention)."""
+        self.virtual_time_s = 0.0
+        self.wall_s = 0.0
+        self.per_agent: dict[str, array[int]] = {c: array("q", bytes(8 * n_agents)) for c in AGENT_COLUMNS}
+        self.cost_per_agent: array[float] = array("d", bytes(8 * n_agents))
+        self._calls, self._tin, self._tout = (self.per_agent[c] for c in ("llm_calls", "tokens_in", "tokens_out"))
+
+    def grow(self, n_agents: int) -> None:
+        """Make room for agents recruited at run time."""
+        extra = n_agents - len(self.cost_per_agent)
+        if extra > 0:
+            for col in self.per_agent.values():
+                col.extend(array("q", bytes(8 * extra)))
+            self.cost_per_agent.extend(array("d", bytes(8 * extra)))
+
+    def record_llm(self, agent: int, reply: LLMReply) -> None:
+        """Account one LLM call."""
+        tin, tout, cost = reply.tokens_in, reply.tokens_out, reply.cost_usd
+        self.llm_calls += 1
+        self.tokens_in += tin
+        self.tokens_out += tout
+        self.cost_usd += cost
+        self.llm_time_s += reply.latency_s
+        self._calls[agent] += 1
+        self._tin[agent] += tin
+        self._tout[agent] += tout
+        self.cost_per_agent[agent] += cost
+        stage = self._stages.get(reply.stage)
+        if stage is None:
+            stage = self._stages[reply.stage] = [0, 0, 0, 0.0]
+        stage[0] += 1
+        stage[1] += tin
+        stage[2] += tout
+        stage[3] += cost
+
+    @property
+    def by_stage(self) -> dict[str, dict[str, float]]:
+        """LLM calls, tokens and dollars per stage label."""
+        return {
+            k: {"llm_calls": v[0], "tokens_in": v[1], "tokens_out": v[2], "cost_usd": v[3]}
+            for k, v in sorted(self._stages.items())
+        }
+
+    def by_level(self, org: Organisation) -> dict[int, dict[str, int]]:
+        """Per-agent columns summed over each hierarchy level (sender's level for sends)."""
+        levels: dict[int, dict[str, int]] = {}
+        cols = self.per_agent
+        for a, lvl in enumerate(org.level):
+            row = levels.get(lvl)
+            if row is None:
+                row = levels[lvl] = dict.fromkeys(("agents", *AGENT_COLUMNS), 0)
+            row["agents"] += 1
+            for c in AGENT_COLUMNS:
+                row[c] += cols[c][a]
+        return dict(sorted(levels.items()))
+
+    def agent_rows(self, org: Organisation) -> list[dict[str, Any]]:
+        """One row per agent: role, group, level and every per-agent column."""
+        cols = self.per_agent
+        return [
+            {
+                "agent": a,
+                "role": org.role(a),
+                "group": org.member_group[a],
+                "level": org.level[a],
+                **{c: cols[c][a] for c in AGENT_COLUMNS},
+                "cost_usd": self.cost_per_agent[a],
+            }
+            for a in range(org.n)
+        ]
+
+    def summary(self, org: Organisation) -> dict[str, Any]:
+        """The figures every runtime reports (JSON-ready)."""
+        return {
+            "agents": org.n,
+            "groups": len(org.groups),
+            "levels": org.depth() + 1,
+            "messages": self.messages,
+            "messages_by_channel": dict(self.messages_by_channel),
+            "bytes": self.bytes,
+            "bytes_by_channel": dict(self.bytes_by_channel),
+            "llm_calls": self.llm_calls,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "cost_usd": round(self.cost_usd, 9),
+            "by_stage": {k: dict(v, cost_usd=round(v["cost_usd"], 9)) for k, v in self.by_stage.items()},
+            "by_level": {str(k): v for k, v in self.by_level(org).items()},
+            "batches": sum(self.per_agent["batches"]),
+            "virtual_time_s": round(self.virtual_time_s, 9),
+            "wall_s": round(self.wall_s, 6),
+            "peak_queue_depth": self.peak_queue_depth,
+            "peak_llm_in_flight": self.peak_llm_in_flight,
+            "llm_time_s": round(self.llm_time_s, 9),
+            "tool_calls": self.tool_calls,
+            "tool_time_s": round(self.tool_time_s, 9),
+            "lock_wait_s": round(self.lock_wait_s, 9),
+        }

@@ -1,0 +1,175 @@
+"""Simulated LLM: seeded latency, a token model and a price table. No network.
+
+Randomness is counter-based: the latency of call ``k`` of agent ``a`` is a pure
+function of ``(seed, a, k)``, so results never depend on the order in which a
+runtime happens to schedule agents, and an agent carries no generator object (a
+million agents cost nothing extra).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from megaactors.behaviour import LLMRequest
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "PRICES",
+    "LLMReply",
+    "LatencyModel",
+    "Price",
+    "SimulatedLLM",
+    "TokenModel",
+    "stream_bits",
+    "stream_normal",
+    "stream_uniform",
+]
+
+_MASK = (1 << 64) - 1
+_TWO_PI = 2.0 * math.pi
+
+
+def _splitmix(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def stream_bits(seed: int, agent: int, index: int, stream: int = 0) -> int:
+    """64 random bits determined by (seed, stream, agent, index) alone.
+
+    CPython's tuple hash of integers (xxHash-based, independent of PYTHONHASHSEED)
+    combines the key; a splitmix64 finaliser spreads it over all 64 bits."""
+    x = hash((seed, stream, agent, index)) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK  # splitmix64 finaliser, inlined
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def stream_uniform(seed: int, agent: int, index: int, stream: int = 0) -> float:
+    """A uniform number in (0, 1) determined by (seed, stream, agent, index) alone."""
+    return ((stream_bits(seed, agent, index, stream) >> 11) + 0.5) / 9007199254740992.0
+
+
+def stream_normal(seed: int, agent: int, index: int, stream: int = 0) -> float:
+    """A standard normal number determined by (seed, stream, agent, index) alone
+    (Box–Muller on two 32-bit halves of one draw)."""
+    x = stream_bits(seed, agent, index, stream)
+    u1 = ((x >> 32) + 0.5) / 4294967296.0
+    u2 = ((x & 0xFFFFFFFF) + 0.5) / 4294967296.0
+    return math.sqrt(-2.0 * math.log(u1)) * math.cos(_TWO_PI * u2)
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """Dollars per million tokens."""
+
+    input_per_m: float
+    output_per_m: float
+
+    def cost(self, tokens_in: int, tokens_out: int) -> float:
+        return (tokens_in * self.input_per_m + tokens_out * self.output_per_m) / 1e6
+
+
+PRICES: dict[str, Price] = {
+    # OpenAI list prices (standard tier, USD per 1M tokens) as published in 2024–2025.
+    "gpt-4o": Price(2.50, 10.00),
+    "gpt-4o-mini": Price(0.15, 0.60),
+    "gpt-4.1": Price(2.00, 8.00),
+    "gpt-4.1-mini": Price(0.40, 1.60),
+    "free": Price(0.0, 0.0),
+}
+DEFAULT_MODEL = "gpt-4o-mini"
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyModel:
+    """Per-call latency: a lognormal time to first token plus a per-output-token time.
+
+    ``sigma = 0`` makes the first part constant (``median_s``).
+    """
+
+    median_s: float = 1.0
+    sigma: float = 0.5
+    per_output_token_s: float = 0.02
+
+    def __post_init__(self) -> None:
+        if not (self.median_s >= 0 and self.sigma >= 0 and self.per_output_token_s >= 0):
+            raise ValueError(f"latency parameters must be non-negative: {self}")
+
+    def sample(self, z: float, output_tokens: int) -> float:
+        """Latency for a standard normal draw ``z`` and a reply of ``output_tokens``."""
+        base = self.median_s * math.exp(self.sigma * z) if self.sigma else self.median_s
+        return base + output_tokens * self.per_output_token_s
+
+
+@dataclass(frozen=True, slots=True)
+class TokenModel:
+    """How many tokens a call reads and writes.
+
+    Input = system prompt + the memory window (the last ``memory_window`` items the
+    agent read or wrote) + the new tokens of the request (a batch costs
+    ``ceil(bytes / bytes_per_token)`` per message). Output = the request's
+    ``output_tokens`` or ``output_tokens`` here.
+    """
+
+    system_tokens: int = 300
+    bytes_per_token: int = 4
+    memory_window: int = 10
+    output_tokens: int = 60
+
+    def message_tokens(self, size_bytes: int) -> int:
+        return -(-size_bytes // self.bytes_per_token)
+
+
+@dataclass(slots=True)
+class LLMReply:
+    """What an LLM call cost and returned."""
+
+    tokens_in: int
+    tokens_out: int
+    latency_s: float
+    cost_usd: float
+    stage: str = ""
+    call_index: int = 0
+    text: str | None = None
+
+
+@dataclass(slots=True)
+class SimulatedLLM:
+    """A seeded stand-in for an LLM endpoint: latency, tokens and dollars."""
+
+    seed: int = 0
+    model: str = DEFAULT_MODEL
+    latency: LatencyModel = field(default_factory=LatencyModel)
+    tokens: TokenModel = field(default_factory=TokenModel)
+    prices: dict[str, Price] = field(default_factory=lambda: dict(PRICES))
+
+    def __post_init__(self) -> None:
+        if self.model not in self.prices:
+            raise ValueError(f"no price for model {self.model!r}; known: {sorted(self.prices)}")
+
+    @property
+    def price(self) -> Price:
+        return self.prices[self.model]
+
+    def complete(
+        self, agent: int, call_index: int, request: LLMRequest, memory_tokens: int, new_tokens: int
+    ) -> LLMReply:
+        """Cost and latency of call ``call_index`` of ``agent``, whose prompt holds
+        ``memory_tokens`` of memory and ``new_tokens`` new tokens."""
+        tokens_in = self.tokens.system_tokens + memory_tokens + new_tokens
+        tokens_out = request.output_tokens if request.output_tokens is not None else self.tokens.output_tokens
+        z = stream_normal(self.seed, agent, call_index)
+        return LLMReply(
+            tokens_in,
+            tokens_out,
+            self.latency.sample(z, tokens_out),
+            self.price.cost(tokens_in, tokens_out),
+            request.stage,
+            call_index,
+        )

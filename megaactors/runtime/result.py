@@ -1,0 +1,41 @@
+"""The result of a run, whatever runtime produced it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from megaactors.ledger import Ledger
+    from megaactors.organisation import Organisation
+    from megaactors.trace import Trace
+
+__all__ = ["RunResult"]
+
+
+@dataclass
+class RunResult:
+    """Ledger, trace and final agent states of one run."""
+
+    runtime: str
+    org: Organisation
+    ledger: Ledger
+    trace: Trace | None
+    states: list[Any]
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """Every ledger figure plus the run's parameters (JSON-ready)."""
+        return {**self.params, "runtime": self.runtime, **self.ledger.summary(self.org)}
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.summary(), sort_keys=True, **kwargs)
+
+    def agents_frame(self) -> pd.DataFrame:
+        """Per-agent ledger rows as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.ledger.agent_rows(self.org))

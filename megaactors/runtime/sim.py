@@ -1,0 +1,477 @@
+"""Deterministic discrete-event simulation runtime (the default).
+
+Virtual time only: an LLM call takes the latency its seeded model draws, message
+delivery is instantaneous, and nothing reads the wall clock except the final
+``wall_s`` figure. Events are LLM completions on a heap ordered by
+``(time, sequence number)``; agents woken by a delivery at the current instant wait
+in a FIFO. The same seed therefore gives the same results, byte for byte.
+
+Options: ``max_concurrent_llm`` caps calls in flight (an API rate limit; extra calls
+wait in FIFO order) and ``serial`` lets only one agent be Processing at a time
+(MegaAgent's "w/o parallelism" ablation).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from megaactors.agent import IDLE, PROCESSING, RESPONSE, Agent
+from megaactors.behaviour import (
+    UNCHANGED,
+    AgentContext,
+    Behaviour,
+    BehaviourError,
+    Effects,
+    LLMRequest,
+    ToolCall,
+    ToolResult,
+)
+from megaactors.ledger import Ledger
+from megaactors.llm import LLMReply, SimulatedLLM
+from megaactors.messages import ADMIN, HIERARCHY, INTRA, Packet, int_size_total
+from megaactors.organisation import Organisation, RouteError
+from megaactors.runtime.gc_tuning import quiet_gc
+from megaactors.runtime.result import RunResult
+from megaactors.trace import Trace
+
+__all__ = ["SimRuntime"]
+
+_START = object()  # marks an agent whose start effects wait for the serial token
+
+
+class _ToolInFlight:
+    """A tool call waiting for its lock or running."""
+
+    __slots__ = ("call", "requested", "started")
+
+    def __init__(self, call: ToolCall, requested: float) -> None:
+        self.call = call
+        self.requested = requested
+        self.started = requested
+
+
+_ID_SIZE_BOUNDS = (128, 256, 65536, 4294967296)
+
+
+def _uniform_id_parts(recipients: Sequence[int], first_id: int) -> list[Sequence[int]]:
+    """Split ``recipients`` where their consecutive message ids change encoded size."""
+    last = first_id + len(recipients)
+    for bound in _ID_SIZE_BOUNDS:
+        if first_id < bound < last:
+            cut = bound - first_id
+            return [recipients[:cut], *_uniform_id_parts(recipients[cut:], bound)]
+    return [recipients]
+
+
+class SimRuntime:
+    """Runs a behaviour over an organisation in virtual time."""
+
+    name = "sim"
+
+    def __init__(
+        self,
+        org: Organisation,
+        behaviour: Behaviour,
+        llm: SimulatedLLM | None = None,
+        *,
+        seed: int = 0,
+        max_concurrent_llm: int | None = None,
+        serial: bool = False,
+        trace: bool = True,
+        tools: dict[str, Callable[[Any], Any]] | None = None,
+    ) -> None:
+        if max_concurrent_llm is not None and max_concurrent_llm < 1:
+            raise ValueError(f"max_concurrent_llm must be >= 1, got {max_concurrent_llm}")
+        self.org = org
+        self.behaviour = behaviour
+        self.llm = llm if llm is not None else SimulatedLLM(seed=seed)
+        self.seed = seed
+        self.max_concurrent_llm = max_concurrent_llm
+        self.serial = serial
+        init = behaviour.init
+        self.agents: list[Agent] = [Agent(a, init(a, org)) for a in range(org.n)]
+        self._appends = [a.inbox.append for a in self.agents]
+        self._awake = bytearray(org.n)
+        """1 while an agent is busy or queued to run: a delivery need not wake it."""
+        self.ledger = Ledger(org.n)
+        self.trace: Trace | None = Trace() if trace else None
+        self.now = 0.0
+        self._heap: list[tuple[float, int, int]] = []
+        self._seq = 0
+        self._ready: deque[int] = deque()
+        self._next_message_id = 0
+        self._in_flight = 0
+        self._llm_waiting: deque[Agent] = deque()
+        self._holder: Agent | None = None
+        self._serial_waiting: deque[Agent] = deque()
+        self._start_effects: dict[int, Effects] = {}
+        self._recruited: dict[int, list[int]] = {}
+        self._window = self.llm.tokens.memory_window
+        self._bytes_per_token = self.llm.tokens.bytes_per_token
+        per_agent = self.ledger.per_agent
+        self._col_batches = per_agent["batches"]
+        self._col_received = per_agent["received"]
+        self._col_bytes_received = per_agent["bytes_received"]
+        self._id_sizes = b""
+        self.tools = tools or {}
+        self._locks: dict[str, Agent] = {}
+        self._lock_waiting: dict[str, deque[Agent]] = {}
+        self.started = False
+        self.steps = 0
+        """Super-steps completed: 0 after the start cascade, then one per event."""
+        self._wall = 0.0
+
+    # ------------------------------------------------------------------ driving
+
+    def run(self) -> RunResult:
+        """Run until no agent has anything left to do; return the result."""
+        with quiet_gc():
+            wall0 = time.perf_counter()
+            if not self.started:
+                self.start()
+            while self.step():
+                pass
+            self._wall += time.perf_counter() - wall0
+        return self.result()
+
+    def start(self) -> None:
+        """Call every agent's ``on_start`` and run the cascade at time 0 (super-step 0)."""
+        if self.started:
+            raise RuntimeError("this run has already started")
+        self.started = True
+        self._start()
+        self._drain()
+
+    def step(self) -> bool:
+        """Run one super-step: the next event (an LLM reply or a finished tool call)
+        and the instantaneous cascade it causes (deliveries, wake-ups, new batches).
+        Between super-steps nothing is in motion but calls in flight. Returns False
+        when there was nothing left to run."""
+        if not self._heap:
+            return False
+        t, _, aid = heapq.heappop(self._heap)
+        self.now = t
+        self._complete(self.agents[aid])
+        self._drain()
+        self.steps += 1
+        return True
+
+    @property
+    def finished(self) -> bool:
+        """True once no event is left."""
+        return self.started and not self._heap
+
+    def result(self) -> RunResult:
+        """Ledger, trace and states as they stand."""
+        ledger = self.ledger
+        leftover = max((len(a.inbox) for a in self.agents), default=0)
+        ledger.peak_queue_depth = max(ledger.peak_queue_depth, leftover)
+        ledger.virtual_time_s = self.now
+        ledger.wall_s = self._wall
+        return RunResult(
+            runtime=self.name,
+            org=self.org,
+            ledger=ledger,
+            trace=self.trace,
+            states=[a.data for a in self.agents],
+        )
+
+    def _ctx(self, a: Agent) -> AgentContext:
+        return AgentContext(a.id, self.org, self.now, self._recruited.pop(a.id, ()) if self._recruited else ())
+
+    def _start(self) -> None:
+        on_start = self.behaviour.on_start
+        for a in self.agents:
+            try:
+                eff = on_start(self._ctx(a), a.data)
+            except Exception as exc:
+                raise BehaviourError(
+                    f"agent {a.id}: behaviour {self.behaviour.name!r} failed in on_start: {exc!r}"
+                ) from exc
+            if eff is not None:
+                self._start_effects[a.id] = eff
+                a.pending = _START
+                self._awake[a.id] = 1
+                self._ready.append(a.id)
+
+    def _drain(self) -> None:
+        ready, agents, wake = self._ready, self.agents, self._wake
+        while ready:
+            wake(agents[ready.popleft()])
+
+    def _wake(self, a: Agent) -> None:
+        if a.pending is None and not a.inbox:
+            self._awake[a.id] = 0
+            return
+        if self.serial:
+            if self._holder is None:
+                self._holder = a
+            elif self._holder is not a:
+                self._serial_waiting.append(a)
+                return
+        self._process(a)
+
+    # ------------------------------------------------------------------ the state machine
+
+    def _process(self, a: Agent) -> None:
+        """Enter Processing: run the start effects or take the whole in-queue."""
+        a.transition(PROCESSING, self.now, self.trace)
+        if a.pending is _START:
+            a.pending = None
+            self._apply(a, self._start_effects.pop(a.id))
+            return
+        batch = a.take_batch()
+        size, nbytes = len(batch), batch.nbytes()
+        aid = a.id
+        self._col_batches[aid] += 1
+        self._col_received[aid] += size
+        self._col_bytes_received[aid] += nbytes
+        if size > self.ledger.peak_queue_depth:
+            self.ledger.peak_queue_depth = size
+        a.batch_tokens = -(-nbytes // self._bytes_per_token)
+        if self.trace is not None:
+            self.trace.batch(a.id, self.now, len(batch))
+        try:
+            eff = self.behaviour.on_batch(self._ctx(a), a.data, batch)
+        except Exception as exc:
+            first = batch[0] if batch else None
+            raise BehaviourError(
+                f"agent {a.id}: behaviour {self.behaviour.name!r} failed on a batch of {len(batch)} "
+                f"message(s) (first: {first!r}): {exc!r}"
+            ) from exc
+        self._apply(a, eff)
+
+    def _apply(self, a: Agent, eff: Effects) -> None:
+        if eff.state is not UNCHANGED:
+            a.data = eff.state
+        if eff.sends:
+            a.outbox.extend(eff.sends)
+        if eff.recruits:
+            self._recruit(a, eff.recruits)
+        if eff.llm is not None:
+            self._call_llm(a, eff.llm)
+        elif eff.tool is not None:
+            self._call_tool(a, eff.tool)
+        else:
+            self._respond(a)
+
+    def _recruit(self, a: Agent, count: int) -> None:
+        init = self.behaviour.init
+        new = []
+        for _ in range(count):
+            rid = self.org.recruit(a.id)
+            agent = Agent(rid, init(rid, self.org))
+            self.agents.append(agent)
+            self._appends.append(agent.inbox.append)
+            self._awake.append(0)
+            new.append(rid)
+        self.ledger.grow(self.org.n)
+        self._recruited.setdefault(a.id, []).extend(new)
+
+    def _call_llm(self, a: Agent, request: LLMRequest) -> None:
+        cap = self.max_concurrent_llm
+        if cap is not None and self._in_flight >= cap:
+            a.pending = request
+            self._llm_waiting.append(a)
+            return
+        self._in_flight += 1
+        if self._in_flight > self.ledger.peak_llm_in_flight:
+            self.ledger.peak_llm_in_flight = self._in_flight
+        new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
+        reply = self.llm.complete(a.id, a.calls, request, sum(a.memory), new_tokens)
+        a.calls += 1
+        self.ledger.record_llm(a.id, reply)
+        a.pending = (new_tokens, reply)
+        self._seq += 1
+        heapq.heappush(self._heap, (self.now + reply.latency_s, self._seq, a.id))
+
+    def _complete(self, a: Agent) -> None:
+        """An LLM call or a tool call of ``a`` finished now."""
+        pending = a.pending
+        a.pending = None
+        if type(pending) is _ToolInFlight:
+            self._tool_done(a, pending)
+            return
+        self._in_flight -= 1
+        new_tokens, reply = pending
+        if self._llm_waiting:
+            nxt = self._llm_waiting.popleft()
+            self._call_llm(nxt, nxt.pending)
+        memory = a.memory
+        if new_tokens:
+            memory.append(new_tokens)
+        memory.append(reply.tokens_out)
+        if len(memory) > self._window:
+            del memory[: len(memory) - self._window]
+        self._on_reply(a, reply)
+
+    def _call_tool(self, a: Agent, call: ToolCall) -> None:
+        if call.duration_s < 0:
+            raise BehaviourError(f"agent {a.id}: tool {call.name!r} has a negative duration {call.duration_s}")
+        if call.lock is not None and call.lock in self._locks:
+            a.pending = _ToolInFlight(call, self.now)
+            self._lock_waiting.setdefault(call.lock, deque()).append(a)
+            return
+        self._run_tool(a, _ToolInFlight(call, self.now))
+
+    def _run_tool(self, a: Agent, flight: _ToolInFlight) -> None:
+        call = flight.call
+        if call.lock is not None:
+            self._locks[call.lock] = a
+        flight.started = self.now
+        a.pending = flight
+        self._seq += 1
+        heapq.heappush(self._heap, (self.now + call.duration_s, self._seq, a.id))
+
+    def _tool_done(self, a: Agent, flight: _ToolInFlight) -> None:
+        call = flight.call
+        if call.lock is not None:
+            del self._locks[call.lock]
+            waiting = self._lock_waiting.get(call.lock)
+            if waiting:
+                nxt = waiting.popleft()
+                self._run_tool(nxt, nxt.pending)
+        ledger = self.ledger
+        waited = flight.started - flight.requested
+        ledger.tool_calls += 1
+        ledger.tool_time_s += call.duration_s
+        ledger.lock_wait_s += waited
+        tool = self.tools.get(call.name)
+        try:
+            value = tool(call.args) if tool is not None else None
+            result = ToolResult(call.name, value, flight.started, self.now, waited, call.stage)
+            eff = self.behaviour.on_tool(self._ctx(a), a.data, result)  # type: ignore[attr-defined]
+        except Exception as exc:
+            raise BehaviourError(
+                f"agent {a.id}: behaviour {self.behaviour.name!r} failed on tool {call.name!r}: {exc!r}"
+            ) from exc
+        self._apply(a, eff)
+
+    def _on_reply(self, a: Agent, reply: LLMReply) -> None:
+        try:
+            eff = self.behaviour.on_reply(self._ctx(a), a.data, reply)
+        except Exception as exc:
+            raise BehaviourError(
+                f"agent {a.id}: behaviour {self.behaviour.name!r} failed on LLM reply {reply.call_index}: {exc!r}"
+            ) from exc
+        self._apply(a, eff)
+
+    def _respond(self, a: Agent) -> None:
+        now, trace = self.now, self.trace
+        a.transition(RESPONSE, now, trace)
+        if a.outbox:
+            self._deliver(a)
+        if not a.inbox:
+            a.transition(IDLE, now, trace)
+            self._awake[a.id] = 0
+            if self.serial:
+                self._release(a)
+            return
+        if self.serial and self._serial_waiting:
+            a.transition(IDLE, now, trace)
+            self._serial_waiting.append(a)
+            self._release(a)
+            return
+        self._process(a)
+
+    def _release(self, a: Agent) -> None:
+        if self._holder is a:
+            self._holder = None
+            if self._serial_waiting:
+                nxt = self._serial_waiting.popleft()
+                self._holder = nxt
+                self._ready.append(nxt.id)
+
+    # ------------------------------------------------------------------ delivery (the hot loop)
+
+    def _check_routes(self, sender: int, recipients: Sequence[int], channel: str) -> None:
+        """Raise :class:`RouteError` unless every recipient is reachable (vectorised
+        for the common cases, the organisation's own check names the culprit)."""
+        org = self.org
+        n = org.n
+        ok = bool(recipients) and min(recipients) >= 0 and max(recipients) < n and sender not in recipients
+        if ok and len(set(recipients)) != len(recipients):
+            dup = next(r for i, r in enumerate(recipients) if r in recipients[:i])
+            raise RouteError(f"agent {sender} lists recipient {dup} twice in one send on channel {channel!r}")
+        if ok:
+            if channel == INTRA:
+                own = {org.member_group[sender], org.admin_group[sender]}
+                own.discard(-1)
+                mg, ag = org.member_group, org.admin_group
+                ok = set(map(mg.__getitem__, recipients)) <= own or all(
+                    mg[r] in own or ag[r] in own for r in recipients
+                )
+            elif channel == ADMIN:
+                ag = org.admin_group
+                ok = ag[sender] >= 0 and min(map(ag.__getitem__, recipients)) >= 0
+            elif channel == HIERARCHY:
+                par = org.parent
+                ok = set(map(par.__getitem__, recipients)) == {sender} or all(
+                    r == par[sender] or par[r] == sender for r in recipients
+                )
+            else:
+                ok = False
+        if not ok:
+            for r in recipients:
+                org.check_route(sender, r, channel)
+            if not recipients:
+                raise RouteError(f"agent {sender} sent on channel {channel!r} to no recipient")
+
+    def _recipient_sizes(self) -> bytes:
+        """``int_size(r)`` for every agent id ``r``, as a lookup table."""
+        n = self.org.n
+        if len(self._id_sizes) < n:
+            n = max(n, 2 * len(self._id_sizes))
+            table = b"\x01" * min(n, 128) + b"\x02" * max(0, min(n, 256) - 128)
+            table += b"\x03" * max(0, min(n, 65536) - 256) + b"\x05" * max(0, n - 65536)
+            self._id_sizes = table
+        return self._id_sizes
+
+    def _deliver(self, a: Agent) -> None:
+        """Flush the out-queue: one :class:`Packet` per send, a reference to it in
+        each recipient's in-queue."""
+        sender, now, ledger = a.id, self.now, self.ledger
+        sizes = self._recipient_sizes()
+        appends, awake = self._appends, self._awake
+        ready_append = self._ready.append
+        mid = self._next_message_id
+        total_msgs = total_bytes = 0
+        for send in a.outbox:
+            recipients, channel = send.recipients, send.channel
+            self._check_routes(sender, recipients, channel)
+            count = len(recipients)
+            for part in _uniform_id_parts(recipients, mid):
+                packet = Packet(sender, channel, send.kind, send.payload, send.parent, now, mid, part)
+                for r in part:
+                    appends[r](packet)
+                    if not awake[r]:
+                        awake[r] = 1
+                        ready_append(r)
+                mid += len(part)
+            # every envelope is the packet plus its id and its recipient
+            nbytes = (
+                count * packet.overhead + int_size_total(mid - count, mid) + sum(map(sizes.__getitem__, recipients))
+            )
+            ledger.messages_by_channel[channel] += count
+            ledger.bytes_by_channel[channel] += nbytes
+            total_msgs += count
+            total_bytes += nbytes
+        a.outbox = []
+        self._next_message_id = mid
+        ledger.messages += total_msgs
+        ledger.bytes += total_bytes
+        ledger.per_agent["sent"][sender] += total_msgs
+        ledger.per_agent["bytes_sent"][sender] += total_bytes
+
+    # ------------------------------------------------------------------ inspection
+
+    def snapshot_counts(self) -> dict[str, Any]:
+        """How many agents are in each state right now (for tests and progress)."""
+        counts = {"IDLE": 0, "PROCESSING": 0, "RESPONSE": 0}
+        for a in self.agents:
+            counts[a.state.name] += 1
+        return counts

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Set-up and the two everyday jobs, on a machine that has only python3.
+
+    python3 tasks.py run    # the main job: a coordination-cost experiment -> CSV + PNG
+    python3 tasks.py test   # the whole test suite
+
+Both create ``.venv`` beside this file on first use and install the project into it
+(again only when pyproject.toml changes). Extra arguments go to the job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+PYTHON = VENV / "bin" / "python"
+EXTRAS = "dev,notebooks,postgres,fast"
+
+
+def ensure_env() -> None:
+    stamp = VENV / ".installed"
+    want = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + EXTRAS.encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == want and PYTHON.exists():
+        return
+    if not PYTHON.exists():
+        print(f"creating a virtual environment in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    print("installing megaactors and its dependencies (first run only)", flush=True)
+    pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
+    subprocess.run([*pip, "-e", f"{ROOT}[{EXTRAS}]"], check=True)
+    stamp.write_text(want)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("run", "test"):
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    job, rest = argv[0], argv[1:]
+    ensure_env()
+    env = dict(os.environ, MPLBACKEND="Agg")
+    if job == "run":
+        cmd = [str(PYTHON), str(ROOT / "experiments" / "coordination_cost.py"), *rest]
+    else:
+        cmd = [str(PYTHON), "-m", "pytest", *rest]
+    return subprocess.call(cmd, cwd=ROOT, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

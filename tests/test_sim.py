@@ -1,0 +1,258 @@
+"""The deterministic simulation runtime: closed forms, determinism, the state
+machine in motion, serial mode, the LLM cap and the ledger's arithmetic."""
+
+import itertools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from megaactors import (
+    AgentState,
+    Batch,
+    BehaviourError,
+    ChatRound,
+    Effects,
+    LLMRequest,
+    Organisation,
+    RouteError,
+    RunSpec,
+    Send,
+    SimRuntime,
+    ToolCall,
+    encode,
+    expected_messages,
+)
+from megaactors.messages import INTRA
+
+
+def run(org, behaviour=None, **kw):
+    return SimRuntime(org, behaviour or ChatRound(), **kw).run()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 10, 31, 64, 100])
+@pytest.mark.parametrize("rounds", [1, 2, 3])
+def test_flat_star_hierarchy_closed_forms(n: int, rounds: int) -> None:
+    assert run(Organisation.flat(n), ChatRound(rounds)).ledger.messages == n * (n - 1) * rounds
+    assert run(Organisation.star(n), ChatRound(rounds)).ledger.messages == 2 * (n - 1) * rounds
+    for k in (2, 3, 5):
+        assert run(Organisation.hierarchy(n, k), ChatRound(rounds)).ledger.messages == 2 * (n - 1) * rounds
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 400), st.integers(1, 50), st.integers(1, 3), st.integers(0, 5))
+def test_two_tier_closed_form(n: int, g: int, rounds: int, seed: int) -> None:
+    org = Organisation.two_tier(n, g)
+    sizes = [len(grp) for grp in org.groups]
+    a = len(sizes)
+    closed = sum(s * (s - 1) for s in sizes) + a * (a - 1)
+    result = run(org, ChatRound(rounds), seed=seed)
+    assert result.ledger.messages == closed * rounds == expected_messages(org, rounds)
+    by = result.ledger.messages_by_channel
+    assert by["intra"] == sum(s * (s - 1) for s in sizes) * rounds
+    assert by["admin"] == a * (a - 1) * rounds
+
+
+def test_two_tier_with_a_boss_adds_two_messages_per_admin() -> None:
+    org = Organisation.two_tier(31, 6, boss=True)
+    a = len(org.groups)
+    r = run(org)
+    assert r.ledger.messages_by_channel["hierarchy"] == 2 * a
+    assert r.ledger.messages == expected_messages(org)
+
+
+@pytest.mark.parametrize("topology", ["flat", "star", "two-tier", "hierarchy"])
+def test_same_seed_same_results_byte_for_byte(topology: str) -> None:
+    spec = RunSpec(topology=topology, agents=120, group_size=7, fanout=3, rounds=2, seed=11)
+    a, b = spec.execute().summary(), spec.execute().summary()
+    a.pop("wall_s"), b.pop("wall_s")
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    c = RunSpec(topology=topology, agents=120, group_size=7, fanout=3, rounds=2, seed=12).execute().summary()
+    assert c["virtual_time_s"] != a["virtual_time_s"]
+
+
+def test_every_byte_is_an_encoded_message() -> None:
+    seen: list[int] = []
+
+    class Recording(ChatRound):
+        def on_batch(self, ctx, state, batch: Batch):
+            seen.extend(len(encode(m)) for m in batch)
+            return super().on_batch(ctx, state, batch)
+
+    org = Organisation.two_tier(300, 9)
+    result = run(org, Recording(rounds=2))
+    assert len(seen) == result.ledger.messages
+    assert sum(seen) == result.ledger.bytes == sum(result.ledger.bytes_by_channel.values())
+
+
+def test_per_agent_and_per_level_columns_add_up_to_the_totals() -> None:
+    org = Organisation.hierarchy(200, 4)
+    result = run(org, ChatRound(2))
+    led = result.ledger
+    pa = led.per_agent
+    assert sum(pa["sent"]) == sum(pa["received"]) == led.messages
+    assert sum(pa["bytes_sent"]) == sum(pa["bytes_received"]) == led.bytes
+    assert sum(pa["llm_calls"]) == led.llm_calls and sum(pa["tokens_in"]) == led.tokens_in
+    assert sum(led.cost_per_agent) == pytest.approx(led.cost_usd)
+    levels = led.by_level(org)
+    assert sum(row["agents"] for row in levels.values()) == org.n
+    assert sum(row["sent"] for row in levels.values()) == led.messages
+    assert led.tokens_in > led.llm_calls * 300  # system prompt plus memory and batch
+
+
+def test_serial_mode_never_has_two_agents_processing() -> None:
+    org = Organisation.two_tier(60, 6)
+    parallel = run(org, seed=3)
+    serial = run(org, seed=3, serial=True)
+    assert serial.trace.max_concurrent(AgentState.PROCESSING) == 1
+    assert parallel.trace.max_concurrent(AgentState.PROCESSING) > 1
+    assert serial.ledger.messages == parallel.ledger.messages
+    # one agent at a time and no idle gaps: the makespan is the sum of all LLM latencies
+    assert serial.ledger.virtual_time_s == pytest.approx(serial.ledger.llm_time_s)
+    assert serial.ledger.virtual_time_s > 5 * parallel.ledger.virtual_time_s
+
+
+@pytest.mark.parametrize("cap", [1, 3, 10])
+def test_llm_cap_bounds_calls_in_flight(cap: int) -> None:
+    org = Organisation.two_tier(50, 5)
+    capped = run(org, max_concurrent_llm=cap)
+    assert capped.ledger.peak_llm_in_flight == cap
+    if cap == 1:
+        assert capped.ledger.virtual_time_s == pytest.approx(capped.ledger.llm_time_s)
+    assert run(org).ledger.peak_llm_in_flight > cap
+
+
+class ToolLoop:
+    """Agent 0 thinks in a loop of ``calls`` LLM calls; the others message it at once."""
+
+    name = "tool-loop"
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    def init(self, agent, org):
+        return {"left": 0, "batches": []}
+
+    def on_start(self, ctx, state):
+        if ctx.agent == 0:
+            state["left"] = self.calls
+            return Effects(llm=LLMRequest(new_tokens=5, stage="plan"))
+        return Effects(sends=[Send([0], INTRA, "note", ctx.agent)])
+
+    def on_batch(self, ctx, state, batch):
+        state["batches"].append((ctx.now, sorted(m.payload for m in batch)))
+        return Effects()
+
+    def on_reply(self, ctx, state, reply):
+        state["left"] -= 1
+        if state["left"]:
+            return Effects(llm=LLMRequest(new_tokens=20, stage="tool"))
+        return Effects()
+
+
+def test_function_call_loop_and_messages_waiting_for_the_next_batch() -> None:
+    org = Organisation.flat(5)
+    result = run(org, ToolLoop(4))
+    assert result.ledger.by_stage["plan"]["llm_calls"] == 1
+    assert result.ledger.by_stage["tool"]["llm_calls"] == 3
+    # agent 0 stayed in Processing through its loop, then took everything in one batch
+    moves = [(f, t) for a, f, t, _ in result.trace.transitions() if a == 0]
+    assert moves == [
+        ("IDLE", "PROCESSING"),
+        ("PROCESSING", "RESPONSE"),
+        ("RESPONSE", "PROCESSING"),
+        ("PROCESSING", "RESPONSE"),
+        ("RESPONSE", "IDLE"),
+    ]
+    ((when, payloads),) = result.states[0]["batches"]
+    assert payloads == [1, 2, 3, 4]
+    assert when == pytest.approx(result.ledger.llm_time_s)
+
+
+class Faulty(ToolLoop):
+    def on_batch(self, ctx, state, batch):
+        raise ValueError("boom")
+
+
+def test_a_failing_behaviour_names_the_agent_and_the_message() -> None:
+    with pytest.raises(BehaviourError, match=r"agent 0: behaviour 'tool-loop' failed on a batch of 4 .*id=.*boom"):
+        run(Organisation.flat(5), Faulty(1))
+
+
+class Trespasser(ToolLoop):
+    def on_start(self, ctx, state):
+        if ctx.agent == 1:
+            return Effects(sends=[Send([4], INTRA, "gossip", None)])
+        return None
+
+
+def test_a_disallowed_send_raises_a_route_error() -> None:
+    with pytest.raises(RouteError, match="agent 1 may not message agent 4: not in the same group"):
+        run(Organisation.two_tier(6, 3), Trespasser(1))
+
+
+class Recruiter:
+    name = "recruiter"
+
+    def init(self, agent, org):
+        return []
+
+    def on_start(self, ctx, state):
+        return Effects(recruits=2, llm=LLMRequest(new_tokens=1)) if ctx.agent == 0 else None
+
+    def on_batch(self, ctx, state, batch):
+        return Effects(state=[*state, *(m.payload for m in batch)])
+
+    def on_reply(self, ctx, state, reply):
+        return Effects(sends=[Send(ctx.recruited, INTRA, "welcome", "hi")], state=list(ctx.recruited))
+
+
+def test_recruited_agents_join_the_run() -> None:
+    org = Organisation.hierarchy(1, 3)
+    result = run(org, Recruiter())
+    assert org.n == 3 and result.states == [[1, 2], ["hi"], ["hi"]]
+    assert result.ledger.messages == 2 and len(result.ledger.per_agent["received"]) == 3
+
+
+class GitUser:
+    """Every agent commits once through one global lock, then sends nothing."""
+
+    name = "git-user"
+
+    def init(self, agent, org):
+        return None
+
+    def on_start(self, ctx, state):
+        return Effects(tool=ToolCall("git-commit", duration_s=5.0, lock="git", args=ctx.agent))
+
+    def on_batch(self, ctx, state, batch):
+        return Effects()
+
+    def on_reply(self, ctx, state, reply):
+        return Effects()
+
+    def on_tool(self, ctx, state, result):
+        return Effects(state=(result.result, result.started_s, result.finished_s, result.waited_s))
+
+
+def test_a_global_lock_serialises_tool_calls_and_contention_shows_in_the_makespan() -> None:
+    org = Organisation.flat(4)
+    result = SimRuntime(org, GitUser(), tools={"git-commit": lambda who: f"commit by {who}"}).run()
+    assert result.ledger.virtual_time_s == pytest.approx(20.0)
+    assert result.ledger.lock_wait_s == pytest.approx(0 + 5 + 10 + 15)
+    assert [s[0] for s in result.states] == [f"commit by {a}" for a in range(4)]
+    spans = sorted((s[1], s[2]) for s in result.states)
+    assert all(end <= nxt_start for (_, end), (nxt_start, _) in itertools.pairwise(spans))
+    no_tools = SimRuntime(org, GitUser()).run()
+    assert no_tools.ledger.tool_calls == 4 and no_tools.states[0][0] is None
+
+
+def test_start_and_step_expose_super_steps() -> None:
+    rt = SimRuntime(Organisation.two_tier(30, 5), ChatRound())
+    rt.start()
+    assert rt.steps == 0 and not rt.finished
+    while rt.step():
+        pass
+    assert rt.finished and rt.steps == rt.ledger.llm_calls
+    assert rt.result().ledger.messages == expected_messages(rt.org)
