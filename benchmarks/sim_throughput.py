@@ -105,7 +105,10 @@ def main() -> None:
         report["memory"] = million_agents_rss()
         if not args.json:
             m = report["memory"]
-            print(f"1,000,000 agents built and started in {m['build_and_start_s']:.1f} s, peak RSS {m['peak_rss_mb']:.0f} MB")
+            print(
+                f"1,000,000 agents built and started in {m['build_and_start_s']:.1f} s, "
+                f"peak RSS {m['peak_rss_mb']:.0f} MB"
+            )
     report["this_process_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if args.json:
         print(json.dumps(report))

@@ -100,5 +100,14 @@ class Agent:
         if len(memory) > window:
             del memory[0]
 
+    def remember_call(self, new_tokens: int, output_tokens: int, window: int) -> None:
+        """Add an LLM call's new prompt tokens and its reply to the memory window."""
+        memory = self.memory
+        if new_tokens:
+            memory.append(new_tokens)
+        memory.append(output_tokens)
+        if len(memory) > window:
+            del memory[: len(memory) - window]
+
     def __repr__(self) -> str:
         return f"Agent({self.id}, {self.state.name}, queued={len(self.inbox)})"

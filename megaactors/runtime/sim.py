@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from megaactors.agent import IDLE, PROCESSING, RESPONSE, Agent
@@ -32,9 +32,9 @@ from megaactors.behaviour import (
 )
 from megaactors.ledger import Ledger
 from megaactors.llm import LLMReply, SimulatedLLM
-from megaactors.messages import ADMIN, HIERARCHY, INTRA, Packet, int_size_total
-from megaactors.organisation import Organisation, RouteError
+from megaactors.organisation import Organisation
 from megaactors.runtime.gc_tuning import quiet_gc
+from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
 from megaactors.trace import Trace
 
@@ -52,19 +52,6 @@ class _ToolInFlight:
         self.call = call
         self.requested = requested
         self.started = requested
-
-
-_ID_SIZE_BOUNDS = (128, 256, 65536, 4294967296)
-
-
-def _uniform_id_parts(recipients: Sequence[int], first_id: int) -> list[Sequence[int]]:
-    """Split ``recipients`` where their consecutive message ids change encoded size."""
-    last = first_id + len(recipients)
-    for bound in _ID_SIZE_BOUNDS:
-        if first_id < bound < last:
-            cut = bound - first_id
-            return [recipients[:cut], *_uniform_id_parts(recipients[cut:], bound)]
-    return [recipients]
 
 
 class SimRuntime:
@@ -103,7 +90,6 @@ class SimRuntime:
         self._heap: list[tuple[float, int, int]] = []
         self._seq = 0
         self._ready: deque[int] = deque()
-        self._next_message_id = 0
         self._in_flight = 0
         self._llm_waiting: deque[Agent] = deque()
         self._holder: Agent | None = None
@@ -112,11 +98,7 @@ class SimRuntime:
         self._recruited: dict[int, list[int]] = {}
         self._window = self.llm.tokens.memory_window
         self._bytes_per_token = self.llm.tokens.bytes_per_token
-        per_agent = self.ledger.per_agent
-        self._col_batches = per_agent["batches"]
-        self._col_received = per_agent["received"]
-        self._col_bytes_received = per_agent["bytes_received"]
-        self._id_sizes = b""
+        self.postman = Postman(org, self.ledger)
         self.tools = tools or {}
         self._locks: dict[str, Agent] = {}
         self._lock_waiting: dict[str, deque[Agent]] = {}
@@ -225,14 +207,7 @@ class SimRuntime:
             self._apply(a, self._start_effects.pop(a.id))
             return
         batch = a.take_batch()
-        size, nbytes = len(batch), batch.nbytes()
-        aid = a.id
-        self._col_batches[aid] += 1
-        self._col_received[aid] += size
-        self._col_bytes_received[aid] += nbytes
-        if size > self.ledger.peak_queue_depth:
-            self.ledger.peak_queue_depth = size
-        a.batch_tokens = -(-nbytes // self._bytes_per_token)
+        a.batch_tokens = -(-self.postman.take(batch) // self._bytes_per_token)
         if self.trace is not None:
             self.trace.batch(a.id, self.now, len(batch))
         try:
@@ -301,12 +276,7 @@ class SimRuntime:
         if self._llm_waiting:
             nxt = self._llm_waiting.popleft()
             self._call_llm(nxt, nxt.pending)
-        memory = a.memory
-        if new_tokens:
-            memory.append(new_tokens)
-        memory.append(reply.tokens_out)
-        if len(memory) > self._window:
-            del memory[: len(memory) - self._window]
+        a.remember_call(new_tokens, reply.tokens_out, self._window)
         self._on_reply(a, reply)
 
     def _call_tool(self, a: Agent, call: ToolCall) -> None:
@@ -388,84 +358,19 @@ class SimRuntime:
 
     # ------------------------------------------------------------------ delivery (the hot loop)
 
-    def _check_routes(self, sender: int, recipients: Sequence[int], channel: str) -> None:
-        """Raise :class:`RouteError` unless every recipient is reachable (vectorised
-        for the common cases, the organisation's own check names the culprit)."""
-        org = self.org
-        n = org.n
-        ok = bool(recipients) and min(recipients) >= 0 and max(recipients) < n and sender not in recipients
-        if ok and len(set(recipients)) != len(recipients):
-            dup = next(r for i, r in enumerate(recipients) if r in recipients[:i])
-            raise RouteError(f"agent {sender} lists recipient {dup} twice in one send on channel {channel!r}")
-        if ok:
-            if channel == INTRA:
-                own = {org.member_group[sender], org.admin_group[sender]}
-                own.discard(-1)
-                mg, ag = org.member_group, org.admin_group
-                ok = set(map(mg.__getitem__, recipients)) <= own or all(
-                    mg[r] in own or ag[r] in own for r in recipients
-                )
-            elif channel == ADMIN:
-                ag = org.admin_group
-                ok = ag[sender] >= 0 and min(map(ag.__getitem__, recipients)) >= 0
-            elif channel == HIERARCHY:
-                par = org.parent
-                ok = set(map(par.__getitem__, recipients)) == {sender} or all(
-                    r == par[sender] or par[r] == sender for r in recipients
-                )
-            else:
-                ok = False
-        if not ok:
-            for r in recipients:
-                org.check_route(sender, r, channel)
-            if not recipients:
-                raise RouteError(f"agent {sender} sent on channel {channel!r} to no recipient")
-
-    def _recipient_sizes(self) -> bytes:
-        """``int_size(r)`` for every agent id ``r``, as a lookup table."""
-        n = self.org.n
-        if len(self._id_sizes) < n:
-            n = max(n, 2 * len(self._id_sizes))
-            table = b"\x01" * min(n, 128) + b"\x02" * max(0, min(n, 256) - 128)
-            table += b"\x03" * max(0, min(n, 65536) - 256) + b"\x05" * max(0, n - 65536)
-            self._id_sizes = table
-        return self._id_sizes
-
     def _deliver(self, a: Agent) -> None:
-        """Flush the out-queue: one :class:`Packet` per send, a reference to it in
-        each recipient's in-queue."""
-        sender, now, ledger = a.id, self.now, self.ledger
-        sizes = self._recipient_sizes()
+        """Flush the out-queue: a reference to each packet in each recipient's in-queue."""
+        stamp, now, sender = self.postman.stamp, self.now, a.id
         appends, awake = self._appends, self._awake
         ready_append = self._ready.append
-        mid = self._next_message_id
-        total_msgs = total_bytes = 0
         for send in a.outbox:
-            recipients, channel = send.recipients, send.channel
-            self._check_routes(sender, recipients, channel)
-            count = len(recipients)
-            for part in _uniform_id_parts(recipients, mid):
-                packet = Packet(sender, channel, send.kind, send.payload, send.parent, now, mid, part)
-                for r in part:
+            for packet in stamp(sender, send, now):
+                for r in packet.recipients:
                     appends[r](packet)
                     if not awake[r]:
                         awake[r] = 1
                         ready_append(r)
-                mid += len(part)
-            # every envelope is the packet plus its id and its recipient
-            nbytes = (
-                count * packet.overhead + int_size_total(mid - count, mid) + sum(map(sizes.__getitem__, recipients))
-            )
-            ledger.messages_by_channel[channel] += count
-            ledger.bytes_by_channel[channel] += nbytes
-            total_msgs += count
-            total_bytes += nbytes
         a.outbox = []
-        self._next_message_id = mid
-        ledger.messages += total_msgs
-        ledger.bytes += total_bytes
-        ledger.per_agent["sent"][sender] += total_msgs
-        ledger.per_agent["bytes_sent"][sender] += total_bytes
 
     # ------------------------------------------------------------------ inspection
 
