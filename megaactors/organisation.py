@@ -219,16 +219,16 @@ class Organisation:
     def group_peers(self, a: int) -> list[int]:
         """Everyone ``a`` may reach on the intra-group channel."""
         mg, ag = self.member_group[a], self.admin_group[a]
-        peers = [m for m in self.groups[mg] if m != a] if mg >= 0 else []
+        peers = _without(self.groups[mg], a) if mg >= 0 else []
         if ag >= 0 and ag != mg:
-            peers.extend(m for m in self.groups[ag] if m != a)
+            peers.extend(_without(self.groups[ag], a))
         return peers
 
     def admin_peers(self, a: int) -> list[int]:
         """Everyone ``a`` may reach on the admin channel."""
         if self.admin_group[a] < 0:
             return []
-        return [b for b in self.admins if b != a]
+        return _without(self.admins, a)
 
     def tree_neighbours(self, a: int) -> list[int]:
         """Parent (if any) then recruits of ``a``: the hierarchy channel."""
@@ -507,6 +507,15 @@ class Organisation:
                 org.level[i] = base + 1
                 org.children.setdefault(admin, []).append(i)
         return org
+
+
+def _without(members: list[int], a: int) -> list[int]:
+    """``members`` without ``a`` (copied by slices, not element by element)."""
+    try:
+        i = members.index(a)
+    except ValueError:
+        return list(members)
+    return members[:i] + members[i + 1 :]
 
 
 def iter_routes(org: Organisation, channel: str) -> Iterable[tuple[int, int]]:

@@ -256,3 +256,23 @@ def test_start_and_step_expose_super_steps() -> None:
         pass
     assert rt.finished and rt.steps == rt.ledger.llm_calls
     assert rt.result().ledger.messages == expected_messages(rt.org)
+
+
+@pytest.mark.parametrize(
+    ("recipients", "needle"),
+    [
+        ([2, 2], "lists recipient 2 twice"),
+        ([-1], "unknown recipient -1"),
+        ([99], "unknown recipient 99"),
+        (["x"], "recipients must be agent ids"),
+        ([], "to no recipient"),
+        ([0], "cannot send to itself"),
+    ],
+)
+def test_malformed_sends_are_route_errors(recipients: list, needle: str) -> None:
+    class Sender(ToolLoop):
+        def on_start(self, ctx, state):
+            return Effects(sends=[Send(recipients, INTRA, "x", None)]) if ctx.agent == 0 else None
+
+    with pytest.raises(RouteError, match=needle):
+        run(Organisation.flat(4), Sender(1))

@@ -42,6 +42,9 @@ _NOTHING, _SEND_ROUND, _TASK_DOWN, _RESULT_UP, _ANSWER = 0, 1, 2, 3, 4
 def mesh_channels(org: Organisation, a: int) -> list[tuple[str, list[int]]]:
     """Channels and peers of ``a`` for a symmetric exchange: each pair on one channel,
     the first of intra, admin, hierarchy that allows it."""
+    if org.boss is None and org.kind in ("two-tier", "flat"):  # disjoint channels, tree edges inside groups
+        pairs = ((INTRA, org.group_peers(a)), (ADMIN, org.admin_peers(a)))
+        return [(channel, peers) for channel, peers in pairs if peers]
     channels = []
     intra = org.group_peers(a)
     if intra:

@@ -27,9 +27,9 @@ def check_routes(org: Organisation, sender: int, recipients: Sequence[int], chan
     ``channel`` (vectorised for the common cases; the organisation's own check names
     the culprit otherwise)."""
     try:
-        n = org.n
-        ok = bool(recipients) and min(recipients) >= 0 and max(recipients) < n and sender not in recipients
-        if ok and len(set(recipients)) != len(recipients):
+        distinct = set(recipients)
+        ok = len(distinct) == len(recipients) and sender not in distinct and bool(distinct) and min(distinct) >= 0
+        if not ok and len(distinct) != len(recipients):
             dup = next(r for i, r in enumerate(recipients) if r in recipients[:i])
             raise RouteError(f"agent {sender} lists recipient {dup} twice in one send on channel {channel!r}")
         if ok:
@@ -37,17 +37,17 @@ def check_routes(org: Organisation, sender: int, recipients: Sequence[int], chan
             if channel == INTRA:
                 own = {mg[sender], ag[sender]}
                 own.discard(-1)
-                ok = set(map(mg.__getitem__, recipients)) <= own or all(
-                    mg[r] in own or ag[r] in own for r in recipients
-                )
+                ok = set(map(mg.__getitem__, distinct)) <= own or all(mg[r] in own or ag[r] in own for r in distinct)
             elif channel == ADMIN:
-                ok = ag[sender] >= 0 and min(map(ag.__getitem__, recipients)) >= 0
+                ok = ag[sender] >= 0 and min(map(ag.__getitem__, distinct)) >= 0
             elif channel == HIERARCHY:
-                ok = set(map(par.__getitem__, recipients)) == {sender} or all(
-                    r == par[sender] or par[r] == sender for r in recipients
+                ok = set(map(par.__getitem__, distinct)) == {sender} or all(
+                    r == par[sender] or par[r] == sender for r in distinct
                 )
             else:
                 ok = False
+    except IndexError:
+        ok = False
     except TypeError as exc:
         raise RouteError(f"agent {sender}: recipients must be agent ids, got {list(recipients)[:5]!r}") from exc
     if not ok:
