@@ -162,14 +162,27 @@ class SimulatedLLM:
     ) -> LLMReply:
         """Cost and latency of call ``call_index`` of ``agent``, whose prompt holds
         ``memory_tokens`` of memory and ``new_tokens`` new tokens."""
-        tokens_in = self.tokens.system_tokens + memory_tokens + new_tokens
-        tokens_out = request.output_tokens if request.output_tokens is not None else self.tokens.output_tokens
-        z = stream_normal(self.seed, agent, call_index)
+        tokens = self.tokens
+        tokens_in = tokens.system_tokens + memory_tokens + new_tokens
+        tokens_out = request.output_tokens if request.output_tokens is not None else tokens.output_tokens
+        latency, price = self.latency, self.prices[self.model]
+        if latency.sigma:
+            # stream_normal(seed, agent, call_index), inlined: this runs once per call
+            x = hash((self.seed, 0, agent, call_index)) & _MASK
+            x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+            x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+            x ^= x >> 31
+            z = math.sqrt(-2.0 * math.log(((x >> 32) + 0.5) / 4294967296.0)) * math.cos(
+                _TWO_PI * ((x & 0xFFFFFFFF) + 0.5) / 4294967296.0
+            )
+            base = latency.median_s * math.exp(latency.sigma * z)
+        else:
+            base = latency.median_s
         return LLMReply(
             tokens_in,
             tokens_out,
-            self.latency.sample(z, tokens_out),
-            self.price.cost(tokens_in, tokens_out),
+            base + tokens_out * latency.per_output_token_s,
+            (tokens_in * price.input_per_m + tokens_out * price.output_per_m) / 1e6,
             request.stage,
             call_index,
         )

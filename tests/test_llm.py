@@ -1,0 +1,50 @@
+"""The simulated LLM: counter-based randomness, latency, tokens and prices."""
+
+import math
+import statistics
+
+import pytest
+
+from megaactors.behaviour import LLMRequest
+from megaactors.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel, stream_normal, stream_uniform
+
+
+def test_streams_depend_only_on_their_key() -> None:
+    a = [stream_uniform(7, agent, i) for agent in range(20) for i in range(20)]
+    b = [stream_uniform(7, agent, i) for agent in reversed(range(20)) for i in range(20)]
+    assert sorted(a) == sorted(b) and len(set(a)) == len(a)
+    assert all(0 < u < 1 for u in a)
+    assert stream_uniform(7, 1, 1) != stream_uniform(8, 1, 1) != stream_uniform(7, 1, 1, stream=1)
+
+
+def test_normal_stream_has_unit_moments() -> None:
+    z = [stream_normal(3, agent, i) for agent in range(200) for i in range(100)]
+    assert abs(statistics.fmean(z)) < 0.03
+    assert abs(statistics.pstdev(z) - 1) < 0.03
+
+
+def test_inlined_latency_matches_the_model() -> None:
+    latency = LatencyModel(median_s=2.0, sigma=0.7, per_output_token_s=0.01)
+    llm = SimulatedLLM(seed=5, latency=latency)
+    for agent, call in [(0, 0), (3, 9), (123456, 77)]:
+        reply = llm.complete(agent, call, LLMRequest(new_tokens=10, output_tokens=50), 0, 10)
+        assert reply.latency_s == pytest.approx(latency.sample(stream_normal(5, agent, call), 50))
+
+
+def test_latency_median_and_token_model() -> None:
+    llm = SimulatedLLM(seed=1, latency=LatencyModel(median_s=3.0, sigma=0.5, per_output_token_s=0.0))
+    replies = [llm.complete(a, 0, LLMRequest(output_tokens=40), 100, 25) for a in range(4000)]
+    assert statistics.median(r.latency_s for r in replies) == pytest.approx(3.0, rel=0.05)
+    r = replies[0]
+    assert (r.tokens_in, r.tokens_out) == (TokenModel().system_tokens + 100 + 25, 40)
+    assert r.cost_usd == pytest.approx(PRICES["gpt-4o-mini"].cost(r.tokens_in, 40))
+
+
+def test_constant_latency_and_unknown_model() -> None:
+    llm = SimulatedLLM(latency=LatencyModel(median_s=1.5, sigma=0, per_output_token_s=0.01))
+    assert llm.complete(0, 0, LLMRequest(output_tokens=100), 0, 0).latency_s == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="no price for model 'nope'"):
+        SimulatedLLM(model="nope")
+    with pytest.raises(ValueError, match="non-negative"):
+        LatencyModel(median_s=-1)
+    assert math.isclose(TokenModel().message_tokens(9), 3)
