@@ -16,7 +16,7 @@ from megaactors.behaviour import (
     ToolCall,
     ToolResult,
 )
-from megaactors.behaviours import ChatRound, expected_messages
+from megaactors.behaviours import ChatRound, MegaAgent, RetryLimitError, expected_messages
 from megaactors.ledger import Ledger
 from megaactors.llm import PRICES, LatencyModel, LLMReply, SimulatedLLM, TokenModel
 from megaactors.messages import ADMIN, CHANNELS, HIERARCHY, INTRA, Batch, Message, MessageError, Packet, decode, encode
@@ -46,6 +46,7 @@ __all__ = [
     "LLMRequest",
     "LatencyModel",
     "Ledger",
+    "MegaAgent",
     "Message",
     "MessageError",
     "Organisation",
@@ -53,6 +54,7 @@ __all__ = [
     "Packet",
     "ParameterError",
     "RecruitError",
+    "RetryLimitError",
     "RouteError",
     "RunResult",
     "RunSpec",
