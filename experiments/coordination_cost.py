@@ -1,79 +1,186 @@
 #!/usr/bin/env python3
-"""Coordination cost versus the number of agents, for each organisation.
+"""The coordination-cost experiment: how messages, bytes, tokens, dollars and makespan
+grow with the number of agents N for each organisation.
 
-Runs one chat round per (organisation, N, seed) in the deterministic simulation and
-writes ``results.csv`` and ``messages.png`` into the output directory.
+One chat round per run in the deterministic simulation, N from 10 to 100,000, three
+seeds, for flat, star, two-tier (a fixed group size and the size that minimises
+messages) and hierarchy organisations. Runs whose closed-form message count exceeds
+the budget (flat beyond N = 3,000, two-tier with G = 10 beyond N = 30,000) are not
+run; the figures draw their closed form, marked as such. Serial runs (one agent
+Processing at a time) up to N = 10,000 give makespan parallel versus serial; a sweep
+over the group size at N = 3,000 gives the measured optimum beside the closed-form
+one; small traced runs give per-agent load, a state timeline, queue depth over time
+and organisation drawings.
+
+    python experiments/coordination_cost.py [--out DIR] [--agents 10,100,...] [--seeds 1,2,3]
+
+Writes ``DIR/results.csv`` (one row per run; resumable: rerunning skips finished
+runs), ``DIR/grid.json`` and every figure as PNG and SVG, and prints their paths.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import sys
+import time
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-from megaactors.spec import RunSpec
-
-DEFAULT_AGENTS = (10, 30, 100, 300, 1000, 3000)
-FLAT_MAX = 1000
-COLUMNS = (
-    "topology",
-    "agents",
-    "seed",
-    "messages",
-    "bytes",
-    "llm_calls",
-    "tokens_in",
-    "tokens_out",
-    "cost_usd",
-    "virtual_time_s",
-    "wall_s",
+from megaactors import RunSpec, SimRuntime
+from megaactors.plots import (
+    fit_exponent,
+    load_figure,
+    organisation_figure,
+    plot_results,
+    queue_figure,
+    sample_queues,
+    save_figure,
+    series_labels,
+    timeline_figure,
 )
+from megaactors.spec import ParameterError
+from megaactors.sweep import SweepError, optimal_group_size, run_sweep
+
+AGENTS = (10, 30, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
+SEEDS = (1, 2, 3)
+FIXED_GROUP_SIZE = 10
+MAX_MESSAGES = 10_000_000
+"""Closed-form message budget per run: larger runs are drawn, not run."""
+SERIAL_MAX_AGENTS = 10_000
+GROUP_SIZE_AGENTS = 3_000
+GROUP_SIZES = (2, 3, 4, 6, 8, 10, 12, 15, 18, 20, 25, 30, 40, 60, 100, 200, 500, 1_000)
+SMALL_AGENTS = 1_000
+"""N of the runs behind the per-agent load figure."""
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", default="results/coordination_cost", help="output directory")
-    parser.add_argument("--agents", default=",".join(map(str, DEFAULT_AGENTS)), help="comma-separated N values")
-    parser.add_argument("--seeds", default="1", help="comma-separated seeds")
-    args = parser.parse_args()
+def grid(agents: list[int], seeds: list[int]) -> list[dict[str, object]]:
+    """The experiment's parameter sets: organisations × N × seeds, the serial runs and
+    the group-size sweep."""
+    organisations: list[dict[str, object]] = [
+        {"topology": ["flat", "star", "hierarchy"]},
+        {"topology": ["two-tier"], "group_size": [FIXED_GROUP_SIZE, "optimal"]},
+    ]
+    serial_agents = [n for n in agents if n <= SERIAL_MAX_AGENTS] or agents[:1]
+    sets = [{**o, "agents": agents, "seed": seeds} for o in organisations]
+    sets += [{**o, "agents": serial_agents, "seed": seeds, "serial": [True]} for o in organisations]
+    g_agents = GROUP_SIZE_AGENTS if GROUP_SIZE_AGENTS in agents else agents[len(agents) // 2]
+    sizes = sorted({g for g in GROUP_SIZES if g < g_agents} | {optimal_group_size(g_agents)})
+    sets.append({"topology": ["two-tier"], "agents": [g_agents], "group_size": sizes, "seed": seeds})
+    return sets
+
+
+def small_runs(out: Path, seed: int) -> list[Path]:
+    """Figures that need whole runs, not rows: load, timeline, queue depth, drawings."""
+    paths: list[Path] = []
+    n = SMALL_AGENTS
+    organisations = {
+        "star": RunSpec(topology="star", agents=n, seed=seed),
+        f"two-tier, G = {FIXED_GROUP_SIZE}": RunSpec(
+            topology="two-tier", agents=n, group_size=FIXED_GROUP_SIZE, seed=seed
+        ),
+        "two-tier, optimal G": RunSpec(topology="two-tier", agents=n, group_size=optimal_group_size(n), seed=seed),
+        "hierarchy, fan-out 5": RunSpec(topology="hierarchy", agents=n, fanout=5, seed=seed),
+        "flat": RunSpec(topology="flat", agents=n, seed=seed),
+    }
+    paths += save_figure(load_figure({k: s.execute() for k, s in organisations.items()}), out, "load_distribution")
+    traced = RunSpec(topology="two-tier", agents=24, group_size=6, seed=seed, trace=True).execute()
+    paths += save_figure(timeline_figure(traced), out, "state_timeline")
+    samples = {}
+    for name in ("star", f"two-tier, G = {FIXED_GROUP_SIZE}", "hierarchy, fan-out 5"):
+        spec = organisations[name]
+        spec = RunSpec(**{**spec.as_dict(), "agents": 300})
+        samples[name] = sample_queues(SimRuntime(spec.organisation(), spec.behaviour(), spec.llm(), seed=seed))
+    paths += save_figure(queue_figure(samples), out, "queue_depth")
+    fig = Figure(figsize=(16, 8), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    organisation_figure(RunSpec(topology="two-tier", agents=40, group_size=8).organisation(), ax=left)
+    organisation_figure(RunSpec(topology="hierarchy", agents=40, fanout=3).organisation(), ax=right)
+    paths += save_figure(fig, out, "organisation")
+    return paths
+
+
+def report(df: object) -> str:
+    """Fitted exponents per organisation and the optimum group size, as text."""
+    import pandas as pd
+
+    assert isinstance(df, pd.DataFrame)
+    ok = df[(df["status"] == "ok") & ~df["serial"].astype(bool)].copy()
+    ok["series"] = series_labels(ok)
+    ok["tokens"] = ok["tokens_in"].astype(float) + ok["tokens_out"].astype(float)
+    lines = ["scaling exponents (messages ∝ N^b, fitted on measured runs):"]
+    for label, rows in ok.groupby("series", sort=False):
+        if rows["agents"].nunique() < 2:
+            continue
+        means = rows.groupby("agents")[["messages", "bytes", "tokens", "cost_usd"]].mean()
+        fits = {c: fit_exponent(means.index, means[c]) for c in means.columns}
+        top = int(means.index.max())
+        lines.append(
+            f"  {label:<24} messages {fits['messages']:.2f}  bytes {fits['bytes']:.2f}  "
+            f"tokens {fits['tokens']:.2f}  dollars {fits['cost_usd']:.2f}  (measured up to N = {top:,})"
+        )
+    fixed = ok[(ok["topology"] == "two-tier") & (ok["group_rule"] == "fixed")]
+    if len(fixed):
+        n = int(fixed.groupby("agents")["group_size"].nunique().idxmax())
+        at = fixed[fixed["agents"] == n].groupby("group_size")[["messages", "cost_usd"]].mean()
+        if len(at) >= 3:
+            lines.append(
+                f"optimal two-tier group size at N = {n:,}: closed form G = {optimal_group_size(n)}, "
+                f"measured G = {int(at['messages'].idxmin())} (messages), {int(at['cost_usd'].idxmin())} (dollars)"
+            )
+    skipped = df[df["status"] == "skipped"]
+    if len(skipped):
+        lines.append(
+            f"{skipped['agents'].count()} run(s) beyond the budget of {MAX_MESSAGES:,} messages drawn as closed form"
+        )
+    errors = df[df["status"] == "error"]
+    for row in errors.head(5).itertuples():
+        lines.append(f"FAILED {row.topology} N={row.agents} seed={row.seed}: {row.detail}")
+    return "\n".join(lines)
+
+
+def integers(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one value")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="results/coordination_cost", help="output directory (default %(default)s)")
+    parser.add_argument("--agents", type=integers, default=list(AGENTS), help="comma-separated N values")
+    parser.add_argument("--seeds", type=integers, default=list(SEEDS), help="comma-separated seeds")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for topology in ("flat", "star", "two-tier", "hierarchy"):
-        for n in map(int, args.agents.split(",")):
-            if topology == "flat" and n > FLAT_MAX:
-                continue
-            for seed in map(int, args.seeds.split(",")):
-                s = RunSpec(topology=topology, agents=n, seed=seed).execute().summary()
-                rows.append({c: s[c] for c in COLUMNS})
-                print(f"{topology:>9} N={n:>6} seed={seed}: {s['messages']:>10,} messages ${s['cost_usd']:.4f}")
-    csv_path = out / "results.csv"
-    with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for topology in ("flat", "star", "two-tier", "hierarchy"):
-        pts = sorted((r["agents"], r["messages"]) for r in rows if r["topology"] == topology)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=topology)
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="agents N",
-        ylabel="messages per chat round",
-        title="Coordination cost of one chat round",
-    )
-    ax.legend()
-    ax.grid(True, which="both", alpha=0.3)
-    png_path = out / "messages.png"
-    fig.savefig(png_path, dpi=120, bbox_inches="tight")
-    print(f"wrote {csv_path.resolve()}\nwrote {png_path.resolve()}")
+    t0 = time.perf_counter()
+    try:
+        df = run_sweep(
+            grid(args.agents, args.seeds),
+            out,
+            workers=args.workers,
+            max_messages=MAX_MESSAGES,
+            progress=not args.quiet,
+        )
+    except (SweepError, ParameterError) as exc:
+        print(f"coordination_cost: error: {exc}", file=sys.stderr)
+        return 2
+    swept = time.perf_counter() - t0
+    paths = plot_results(df, out)
+    paths += small_runs(out, args.seeds[0])
+    print(report(df))
+    print(f"{len(df)} runs in {swept:.1f} s; everything in {time.perf_counter() - t0:.1f} s")
+    print(f"wrote {(out / 'results.csv').resolve()}")
+    for path in paths:
+        if path.suffix == ".png":
+            print(f"wrote {path.resolve()} (and .svg)")
+    return 1 if (df["status"] == "error").any() else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

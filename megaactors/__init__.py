@@ -23,6 +23,7 @@ from megaactors.messages import ADMIN, CHANNELS, HIERARCHY, INTRA, Batch, Messag
 from megaactors.organisation import Organisation, OrganisationError, RecruitError, RouteError
 from megaactors.runtime import RUNTIMES, RunResult, SimRuntime
 from megaactors.spec import ParameterError, RunSpec
+from megaactors.sweep import ResultsError, SweepError, load_results, run_sweep
 from megaactors.trace import Trace
 
 __version__ = "0.1.0"
@@ -54,6 +55,7 @@ __all__ = [
     "Packet",
     "ParameterError",
     "RecruitError",
+    "ResultsError",
     "RetryLimitError",
     "RouteError",
     "RunResult",
@@ -61,6 +63,7 @@ __all__ = [
     "Send",
     "SimRuntime",
     "SimulatedLLM",
+    "SweepError",
     "TokenModel",
     "ToolCall",
     "ToolResult",
@@ -69,4 +72,6 @@ __all__ = [
     "decode",
     "encode",
     "expected_messages",
+    "load_results",
+    "run_sweep",
 ]
