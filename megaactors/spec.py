@@ -107,8 +107,9 @@ class RunSpec:
             tokens=TokenModel(output_tokens=self.output_tokens),
         )
 
-    def execute(self) -> RunResult:
-        """Build the organisation and run the chat round on the chosen runtime."""
+    def execute(self, **runtime_options: Any) -> RunResult:
+        """Build the organisation and run the chat round on the chosen runtime;
+        ``runtime_options`` go to that runtime (e.g. ``time_scale`` for a live one)."""
         from megaactors.runtime import RUNTIMES
 
         runtime = RUNTIMES[self.runtime](
@@ -119,6 +120,7 @@ class RunSpec:
             max_concurrent_llm=self.max_concurrent_llm,
             serial=self.serial,
             trace=self.trace,
+            **runtime_options,
         )
         result = runtime.run()
         result.params = {

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 from typing import Any
 
-from megaactors.cli.common import add_run_options, spec_from_args
+from megaactors.cli.common import CommandError, add_run_options, spec_from_args
+from megaactors.cli.durable_common import add_durable_options, run_checkpointed
+from megaactors.runtime import RUNTIMES
+from megaactors.spec import ParameterError
 
 __all__ = ["format_summary", "register"]
 
@@ -15,12 +19,32 @@ def register(sub: Any) -> None:
     p = sub.add_parser("run", help="run a chat round on an organisation and report its cost")
     add_run_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="live runtimes: wall seconds per virtual second (default: the runtime's)",
+    )
+    add_durable_options(p, with_store=True)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
-    summary = spec.execute().summary()
+    if args.db or args.run_id:
+        summary = run_checkpointed(args, spec)
+        print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
+        return 0
+    options: dict[str, Any] = {}
+    if args.time_scale is not None:
+        if not 0 < args.time_scale < float("inf"):
+            raise CommandError(f"time scale must be a finite number > 0, got {args.time_scale}")
+        if "time_scale" in inspect.signature(RUNTIMES[spec.runtime]).parameters:
+            options["time_scale"] = args.time_scale
+    try:
+        summary = spec.execute(**options).summary()
+    except ParameterError as exc:
+        raise CommandError(str(exc)) from exc
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     return 0
 

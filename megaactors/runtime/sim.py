@@ -142,6 +142,21 @@ class SimRuntime:
         self.steps += 1
         return True
 
+    def advance(self, until: float) -> int:
+        """Run every event due before virtual time ``until`` (with the cascades they
+        cause, and events they schedule before ``until``); return how many ran."""
+        heap, step = self._heap, self.step
+        ran = 0
+        while heap and heap[0][0] < until:
+            step()
+            ran += 1
+        return ran
+
+    @property
+    def next_event_time(self) -> float | None:
+        """Virtual time of the next event, or None when nothing is left."""
+        return self._heap[0][0] if self._heap else None
+
     @property
     def finished(self) -> bool:
         """True once no event is left."""
@@ -310,9 +325,8 @@ class SimRuntime:
         ledger.tool_calls += 1
         ledger.tool_time_s += call.duration_s
         ledger.lock_wait_s += waited
-        tool = self.tools.get(call.name)
         try:
-            value = tool(call.args) if tool is not None else None
+            value = self._invoke_tool(a, call)
             result = ToolResult(call.name, value, flight.started, self.now, waited, call.stage)
             eff = self.behaviour.on_tool(self._ctx(a), a.data, result)  # type: ignore[attr-defined]
         except Exception as exc:
@@ -320,6 +334,11 @@ class SimRuntime:
                 f"agent {a.id}: behaviour {self.behaviour.name!r} failed on tool {call.name!r}: {exc!r}"
             ) from exc
         self._apply(a, eff)
+
+    def _invoke_tool(self, a: Agent, call: ToolCall) -> Any:
+        """Run the tool function of a finished call (None when no function is registered)."""
+        tool = self.tools.get(call.name)
+        return tool(call.args) if tool is not None else None
 
     def _on_reply(self, a: Agent, reply: LLMReply) -> None:
         try:

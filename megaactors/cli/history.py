@@ -1,0 +1,70 @@
+"""``megaactors history``: the checkpointed super-steps of one run, with their metadata."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from megaactors.cli.common import CommandError
+from megaactors.cli.durable_common import SUPER_STEP_HELP, add_store_option, open_for, table
+
+__all__ = ["register"]
+
+COLUMNS = (
+    "step",
+    "parent",
+    "kind",
+    "base",
+    "bytes",
+    "events",
+    "virtual_time_s",
+    "changed",
+    "messages",
+    "llm_calls",
+    "cost_usd",
+)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "history",
+        help="list a run's checkpointed super-steps",
+        description=f"One row per checkpoint: step, parent, full or delta, size and ledger totals. {SUPER_STEP_HELP}",
+    )
+    add_store_option(p)
+    p.add_argument("--run-id", required=True, help="the run")
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from megaactors.durable import StoreError
+
+    with open_for(args.db, readonly=True) as store:
+        try:
+            checkpoints = store.list(args.run_id)
+        except StoreError as exc:
+            raise CommandError(str(exc)) from exc
+    rows = [
+        {
+            "step": c.step,
+            "parent": c.parent_step,
+            "kind": c.kind,
+            "base": c.base_step,
+            "bytes": c.nbytes,
+            "events": c.meta.get("events"),
+            "virtual_time_s": round(c.meta.get("virtual_time_s", 0.0), 6),
+            "changed": c.meta.get("agents_changed"),
+            "messages": c.meta.get("messages"),
+            "llm_calls": c.meta.get("llm_calls"),
+            "cost_usd": round(c.meta.get("cost_usd", 0.0), 9),
+            "meta": c.meta,
+        }
+        for c in checkpoints
+    ]
+    if args.json:
+        print(json.dumps(rows, sort_keys=True))
+    else:
+        print(table(rows, COLUMNS) if rows else f"run {args.run_id!r} has no checkpoint yet")
+    return 0

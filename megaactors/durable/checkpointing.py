@@ -1,0 +1,331 @@
+"""Checkpointed simulation runs: a run advances super-step by super-step and writes
+its state to a :class:`~megaactors.durable.store.CheckpointStore` every K of them.
+
+**Super-step.** Super-step 0 is the start (every ``on_start`` and the cascade at
+time 0). Super-step ``n >= 1`` runs every event — LLM replies, finished tool calls,
+and the deliveries, wake-ups and new batches they cause — whose virtual time falls
+in the next window of ``step_s`` virtual seconds that holds an event: with windows
+``[k·step_s, (k+1)·step_s)``, all events of the first window not yet run, including
+those scheduled inside the window while it runs. Empty windows are skipped, so
+step numbers are consecutive. The default window is one virtual second, about one
+round of LLM calls at the default latencies. The boundaries depend only on virtual
+time, so a resumed run cuts its super-steps exactly where the original did.
+
+**Checkpoints.** Step 0 is written as a *genesis* (kind ``start``): the state right
+after the start is a pure function of the parameters, so a restore recomputes it
+instead of reading a snapshot. The last step is always written; in between, every
+``checkpoint_every`` steps. A checkpoint is a *delta* (what changed since the
+previous checkpoint, see :mod:`megaactors.durable.state`) unless the deltas since
+the last full snapshot (or genesis) add up to more than ``full_ratio`` times its
+packed size (for a genesis, an estimate of :data:`GENESIS_BYTES_PER_AGENT` per
+agent); then it is a *full* snapshot. Restoring a step reads its base and the
+deltas after it: at most ``1 + full_ratio`` snapshots' worth of bytes. The state is
+captured and packed between super-steps; compression and the database write run on
+a writer thread while the next super-step runs (at most one checkpoint behind).
+
+**Resume.** :func:`run_durable` restores the newest checkpoint when the run has
+one and continues; the simulation is a pure function of its parameters and seed,
+so the resumed run repeats exactly what the lost one did after that checkpoint:
+same events, message ids and LLM call indices. Side effects go through the
+:class:`~megaactors.durable.outbox.Outbox`: a paid LLM call's charge is keyed by
+(run id, agent, call index) and a replayed call gets its recorded result back.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from megaactors.behaviour import Behaviour
+from megaactors.durable.outbox import Outbox
+from megaactors.durable.state import DurableSim
+from megaactors.durable.store import (
+    CheckpointRecord,
+    CheckpointStore,
+    FencingError,
+    Lease,
+    decode_state,
+    pack_state,
+    seal_state,
+)
+from megaactors.runtime.gc_tuning import quiet_gc
+from megaactors.runtime.result import RunResult
+from megaactors.spec import ParameterError, RunSpec
+
+__all__ = ["GENESIS_BYTES_PER_AGENT", "DurableOptions", "Progress", "fork_run", "result_params", "run_durable"]
+
+GENESIS_BYTES_PER_AGENT = 300
+"""Estimated packed size of one agent in a full snapshot: the weight of a genesis
+(which costs nothing to store) when deciding when the next full snapshot is due."""
+
+
+@dataclass(frozen=True)
+class DurableOptions:
+    """How a durable run checkpoints and what it pays for."""
+
+    checkpoint_every: int = 1
+    """Write a checkpoint every this many super-steps (and always the first and last)."""
+    step_s: float = 1.0
+    """Width of a super-step's window of virtual time, in seconds."""
+    full_ratio: float = 4.0
+    """Write a full snapshot once the deltas since the last one outweigh it this many times."""
+    billing_url: str | None = None
+    """Charge every LLM call's cost to this billing service (through the outbox)."""
+
+    def __post_init__(self) -> None:
+        every = self.checkpoint_every
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ParameterError(f"checkpoint every must be an integer >= 1, got {every!r}")
+        if not isinstance(self.step_s, (int, float)) or not self.step_s > 0 or math.isinf(self.step_s):
+            raise ParameterError(f"step seconds must be a finite number > 0, got {self.step_s!r}")
+        if not isinstance(self.full_ratio, (int, float)) or not self.full_ratio > 0:
+            raise ParameterError(f"full ratio must be a number > 0, got {self.full_ratio!r}")
+        url = self.billing_url
+        if url is not None and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+            raise ParameterError(f"billing url must be an http(s) URL, got {url!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DurableOptions:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ParameterError(f"unknown durable option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        return cls(**d)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Progress:
+    """What a durable run did in this process."""
+
+    resumed_from: int | None = None
+    """Step of the checkpoint this process started from (None: from scratch)."""
+    steps: int = 0
+    """The last super-step."""
+    checkpoints: int = 0
+    full_snapshots: int = 0
+    checkpoint_bytes: int = 0
+    outbox_performed: int = 0
+    outbox_replayed: int = 0
+
+
+def result_params(spec: RunSpec) -> dict[str, Any]:
+    """The parameters a :class:`RunResult` of ``spec`` reports (as ``RunSpec.execute`` does)."""
+    return {
+        "topology": spec.topology,
+        "group_size": spec.group_size,
+        "fanout": spec.fanout,
+        "rounds": spec.rounds,
+        "seed": spec.seed,
+        "model": spec.model,
+        "serial": spec.serial,
+    }
+
+
+class _Writer:
+    """Writes checkpoints, choosing between full snapshots and deltas.
+
+    The state is captured and packed on the simulation's thread; compressing it and
+    writing it (both release the interpreter) happen on a writer thread with its own
+    connection, at most one checkpoint behind, while the next super-step runs. A
+    failed write is raised by the next :meth:`write` or by :meth:`close`."""
+
+    def __init__(self, store: CheckpointStore, lease: Lease, full_ratio: float, progress: Progress) -> None:
+        self.store, self.lease, self.full_ratio, self.progress = store, lease, full_ratio, progress
+        self.base: int | None = None
+        self.parent: int | None = None
+        self.full_bytes = 0
+        """Packed size of the newest full snapshot (estimated for a genesis)."""
+        self.since_full = 0
+        """Packed size of the deltas written since it."""
+        self._queue: queue.Queue[tuple[Any, ...] | None] = queue.Queue(maxsize=1)
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def _base_bytes(kind: str, packed: int, rt: DurableSim) -> int:
+        """What a full snapshot weighs: its packed size, or for a genesis an estimate."""
+        return packed if kind == "full" else GENESIS_BYTES_PER_AGENT * len(rt.agents)
+
+    def resume(self, chain: list[CheckpointRecord], rt: DurableSim) -> None:
+        self.base = chain[0].step
+        self.full_bytes = self._base_bytes(chain[0].kind, chain[0].meta.get("packed_bytes", 0), rt)
+        self.since_full = sum(r.meta.get("packed_bytes", r.nbytes) for r in chain[1:])
+        self.parent = chain[-1].step
+
+    def write(self, rt: DurableSim, step: int) -> None:
+        self._raise()
+        if self.base is None:
+            kind, state = "start", rt.genesis()
+        else:
+            kind = "full" if self.since_full >= self.full_ratio * self.full_bytes else "delta"
+            state = rt.full() if kind == "full" else rt.delta()
+        full = kind != "delta"
+        packed = pack_state(state)
+        led = rt.ledger
+        meta = {
+            "step": step,
+            "events": rt.steps,
+            "virtual_time_s": rt.now,
+            "agents_changed": len(state["agents"]["base"]) if "agents" in state else len(rt.agents),
+            "packets": len(state.get("packets", ())),
+            "packed_bytes": len(packed),
+            "messages": led.messages,
+            "bytes": led.bytes,
+            "llm_calls": led.llm_calls,
+            "tokens_in": led.tokens_in,
+            "tokens_out": led.tokens_out,
+            "cost_usd": led.cost_usd,
+            "finished": rt.finished,
+        }
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._drain, name=f"checkpoints {self.lease.run_id}", daemon=True)
+            self._thread.start()
+        self._queue.put((step, self.parent, step if full else self.base, kind, meta, packed))
+        if full:
+            self.base, self.full_bytes, self.since_full = step, self._base_bytes(kind, len(packed), rt), 0
+            self.progress.full_snapshots += kind == "full"
+        else:
+            self.since_full += len(packed)
+        self.parent = step
+        self.progress.checkpoints += 1
+
+    def close(self) -> None:
+        """Wait until every checkpoint is written; raise the first failure."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _drain(self) -> None:
+        store = None
+        try:
+            store = self.store.reopen()
+            while (item := self._queue.get()) is not None:
+                step, parent, base, kind, meta, packed = item
+                blob = seal_state(packed)
+                store.write(self.lease, step, parent, base, kind, meta, blob)
+                self.progress.checkpoint_bytes += len(blob)
+        except BaseException as exc:  # handed to the simulation's thread
+            self._error = exc
+            while self._queue.get() is not None:  # let the producer finish
+                pass
+        finally:
+            if store is not None:
+                store.close()
+
+
+def _window_end(t: float, step_s: float) -> float:
+    until = (math.floor(t / step_s) + 1) * step_s
+    return until if until > t else math.nextafter(t, math.inf)
+
+
+def run_durable(
+    store: CheckpointStore,
+    lease: Lease,
+    spec: RunSpec,
+    options: DurableOptions | None = None,
+    *,
+    lost: Callable[[], bool] | None = None,
+    behaviour: Behaviour | None = None,
+    tools: dict[str, Callable[[Any], Any]] | None = None,
+    progress: Progress | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Run ``spec`` under ``lease`` from its newest checkpoint (or from the start),
+    checkpointing as it goes; return the result. ``lost`` is polled between
+    super-steps (a heartbeat that lost the lease stops the run early);
+    ``behaviour``/``tools`` replace the chat round for Python callers, who must
+    pass the same ones on every resume."""
+    options = options or DurableOptions()
+    progress = progress if progress is not None else Progress()
+    outbox = Outbox(store, lease, billing_url=options.billing_url)
+    run_id = lease.run_id
+
+    def charge(agent: int, index: int, reply: Any) -> None:
+        outbox.charge(f"{run_id}/{agent}/{index}", agent, index, reply.cost_usd)
+
+    def gate(agent: int, index: int, call: Any, run: Callable[[], Any]) -> Any:
+        return outbox.perform(f"{run_id}/tool/{index}", "tool", {"agent": agent, "tool": call.name}, run)
+
+    rt = DurableSim(
+        spec.organisation(),
+        behaviour if behaviour is not None else spec.behaviour(),
+        spec.llm(),
+        seed=spec.seed,
+        max_concurrent_llm=spec.max_concurrent_llm,
+        serial=spec.serial,
+        trace=spec.trace,
+        tools=tools,
+        on_llm_call=charge if options.billing_url else None,
+        tool_gate=gate,
+    )
+    writer = _Writer(store, lease, options.full_ratio, progress)
+    latest = store.latest(run_id)
+    try:
+        with quiet_gc():
+            wall0 = time.perf_counter()
+            if latest is None:
+                rt.start()
+                step = 0
+                writer.write(rt, step)
+            else:
+                chain = store.chain(run_id, latest.step)
+                rt.restore([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
+                writer.resume(chain, rt)
+                step = progress.resumed_from = latest.step
+            wall_before = rt._wall
+            every = options.checkpoint_every
+            while not rt.finished:
+                if lost is not None and lost():
+                    raise FencingError(f"run {run_id!r}: lease lost (heartbeat) at super-step {step}")
+                rt.advance(_window_end(rt.next_event_time or 0.0, options.step_s))
+                step += 1
+                if step % every == 0 or rt.finished:
+                    rt._wall = wall_before + time.perf_counter() - wall0
+                    writer.write(rt, step)
+                if on_step is not None:
+                    on_step(step)
+            writer.close()
+            rt._wall = wall_before + time.perf_counter() - wall0
+    finally:
+        writer.close()
+    progress.steps = step
+    progress.outbox_performed, progress.outbox_replayed = outbox.performed, outbox.replayed
+    result = rt.result()
+    result.params = result_params(spec)
+    return result
+
+
+def fork_run(
+    store: CheckpointStore, run_id: str, step: int, new_run_id: str, params: dict[str, Any] | None = None
+) -> None:
+    """Queue a new run that continues ``run_id`` from ``step``, with other parameters
+    from then on (a what-if). With the same parameters the checkpoints are copied;
+    with others the state of ``step`` is rebuilt under the original parameters and
+    written as one full snapshot, so the new parameters apply only after ``step``."""
+    source = store.get_run(run_id)
+    if params is None or params == source.params:
+        store.fork(run_id, step, new_run_id)
+        return
+    spec = RunSpec.from_dict(source.params)
+    RunSpec.from_dict(params)  # the new parameters must be valid too
+    rt = DurableSim(spec.organisation(), spec.behaviour(), spec.llm(), seed=spec.seed,
+                    max_concurrent_llm=spec.max_concurrent_llm, serial=spec.serial, trace=spec.trace)  # fmt: skip
+    chain = store.chain(run_id, step)
+    rt.restore([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
+    meta = {**store.get(run_id, step).meta, "forked_from": [run_id, step]}
+    store.fork(run_id, step, new_run_id, params=params, snapshot=(meta, seal_state(pack_state(rt.full()))))

@@ -1,0 +1,133 @@
+"""The leased run queue: runs as rows, claimed under leases, renewed by heartbeat.
+
+A worker claims a run (oldest first, of its own runtime version): the claim sets
+the owner, a lease expiring ``lease_s`` seconds later on the database's clock, and
+increments the run's fencing token and attempt count. A :class:`Heartbeat` renews
+the lease from a background thread. Every later write names the fencing token of
+its claim, so once the lease has expired — or another worker has claimed the run
+— the old holder's writes fail with :class:`~megaactors.durable.store.FencingError`.
+
+A run whose attempt fails goes back to the queue until it has used
+``max_attempts`` claims; then it is ``dead``, with its last error recorded. A run
+whose worker vanished is claimed again once its lease has expired, and counts
+that as a failed attempt too, so no run loops forever.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from megaactors.durable.store import CheckpointStore, FencingError, Lease, LeaseHeldError, StoreError
+from megaactors.spec import RunSpec
+
+__all__ = ["DEFAULT_LEASE_S", "Heartbeat", "RunQueue", "owner_id"]
+
+DEFAULT_LEASE_S = 30.0
+
+
+def owner_id() -> str:
+    """A worker's name: host, process id and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+def _version() -> str:
+    from megaactors import __version__
+
+    return __version__
+
+
+class RunQueue:
+    """Submits and claims runs of this runtime version."""
+
+    def __init__(self, store: CheckpointStore, version: str | None = None) -> None:
+        self.store = store
+        self.version = version or _version()
+
+    def submit(
+        self,
+        spec: RunSpec,
+        options: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        max_attempts: int = 3,
+    ) -> str:
+        """Queue a run; return its id."""
+        run_id = run_id or uuid.uuid4().hex[:12]
+        self.store.create_run(run_id, spec.as_dict(), options or {}, version=self.version, max_attempts=max_attempts)
+        return run_id
+
+    def claim_next(self, owner: str, lease_s: float = DEFAULT_LEASE_S) -> Lease | None:
+        return self.store.claim_next(owner, self.version, lease_s)
+
+    def claim(self, run_id: str, owner: str, lease_s: float = DEFAULT_LEASE_S, *, wait_s: float = 0.0) -> Lease:
+        """Claim one run; with ``wait_s``, wait that long for another holder's lease to expire."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return self.store.claim(run_id, owner, self.version, lease_s)
+            except LeaseHeldError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
+class Heartbeat:
+    """Renews a lease every third of its length from a background thread.
+
+    ``lost`` turns true when a renewal is refused (the run was claimed again or
+    cancelled, or the lease expired before it could be renewed); ``error`` says why.
+    """
+
+    def __init__(self, store: CheckpointStore, lease: Lease, lease_s: float = DEFAULT_LEASE_S) -> None:
+        self._target = store
+        self.lease = lease
+        self.lease_s = lease_s
+        self.error: str | None = None
+        self._lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat {lease.run_id}", daemon=True)
+
+    @property
+    def lost(self) -> bool:
+        return self._lost.is_set()
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self) -> Heartbeat:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _beat(self) -> None:
+        try:
+            store = self._target.reopen()
+        except StoreError as exc:
+            self.error = str(exc)
+            self._lost.set()
+            return
+        try:
+            while not self._stop.wait(self.lease_s / 3):
+                try:
+                    self.lease = store.renew(self.lease, self.lease_s)
+                except FencingError as exc:
+                    self.error = str(exc)
+                    self._lost.set()
+                    return
+                except StoreError as exc:  # a busy or unreachable database: try again next beat
+                    self.error = str(exc)
+        finally:
+            store.close()

@@ -1,0 +1,399 @@
+"""The checkpoint store: what every durable backend offers, its errors and formats.
+
+One database holds everything durable about runs:
+
+* **runs** — one row per run (the lesson's ``thread_id``): parameters, status
+  (``queued``, ``running``, ``done``, ``dead``, ``cancelled``), owner, lease expiry
+  on the database's clock, fencing token, attempts, the runtime version, the last
+  error and the result;
+* **checkpoints** — one row per checkpointed super-step: step, parent step, kind
+  (``full`` snapshot, ``delta`` on top of the previous row, or ``start``: the
+  state right after the start, which a restore recomputes), the base it builds on,
+  metadata (virtual time, ledger totals, sizes) and the state, msgpack packed and
+  zstd compressed behind a format header;
+* **outbox** — side effects by idempotency key: the intent, then the result;
+* **compensations** — side effects that happened but could not be recorded.
+
+Every write on behalf of a run's holder is *fenced*: it carries the fencing token
+of the claim it acts under and fails with :class:`FencingError` once the run was
+claimed again, cancelled, or the lease expired (on the database's clock).
+:class:`CheckpointStore` is the interface; :mod:`megaactors.durable.sqlite` and
+:mod:`megaactors.durable.postgres` implement it over the same SQL.
+"""
+
+from __future__ import annotations
+
+import struct
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import zstandard
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "STATUSES",
+    "CheckpointRecord",
+    "CheckpointStore",
+    "Compensation",
+    "CorruptStoreError",
+    "FencingError",
+    "FormatVersionError",
+    "Lease",
+    "LeaseHeldError",
+    "OutboxEntry",
+    "RunExistsError",
+    "RunRecord",
+    "StoreError",
+    "UnknownRunError",
+    "VersionMismatchError",
+    "check_header",
+    "decode_state",
+    "encode_state",
+    "pack_state",
+    "seal_state",
+]
+
+FORMAT = "megaactors-durable"
+"""Name recorded in every database this package creates."""
+FORMAT_VERSION = 1
+"""Version of the schema and of the state encoding; a mismatch is refused, never guessed."""
+STATUSES = ("queued", "running", "done", "dead", "cancelled")
+
+_MAGIC = b"MACK"
+_HEADER = struct.Struct(">4sHB")  # magic, format version, codec
+_ZSTD = 1
+_decompressor = zstandard.ZstdDecompressor()
+
+
+class StoreError(Exception):
+    """A durable-store problem, described in one line."""
+
+
+class CorruptStoreError(StoreError):
+    """The file or database is not a megaactors store (corrupt or another application's)."""
+
+
+class FormatVersionError(StoreError):
+    """The store or a checkpoint was written in a format version this code does not read."""
+
+
+class UnknownRunError(StoreError):
+    """No run has this id."""
+
+
+class RunExistsError(StoreError):
+    """A run with this id already exists."""
+
+
+class LeaseHeldError(StoreError):
+    """Another worker holds the run's lease."""
+
+
+class FencingError(StoreError):
+    """This worker no longer holds the run: its claim was superseded, cancelled or expired."""
+
+
+class VersionMismatchError(StoreError):
+    """The run belongs to another runtime version."""
+
+
+def pack_state(state: Any) -> bytes:
+    """msgpack(state): the part of :func:`encode_state` that needs the interpreter."""
+    return msgpack.packb(state, use_bin_type=True)
+
+
+def seal_state(packed: bytes) -> bytes:
+    """Header + zstd(packed): the part of :func:`encode_state` that runs without the GIL."""
+    return _HEADER.pack(_MAGIC, FORMAT_VERSION, _ZSTD) + zstandard.ZstdCompressor(level=3).compress(packed)
+
+
+def encode_state(state: Any) -> bytes:
+    """Header + zstd(msgpack(state))."""
+    return seal_state(pack_state(state))
+
+
+def check_header(blob: bytes, where: str = "checkpoint") -> None:
+    """Raise unless ``blob`` starts with a header this code reads."""
+    if len(blob) < _HEADER.size:
+        raise CorruptStoreError(f"{where}: {len(blob)} bytes is too short to be a checkpoint")
+    magic, version, codec = _HEADER.unpack_from(blob)
+    if magic != _MAGIC:
+        raise CorruptStoreError(f"{where}: not a megaactors checkpoint (bad magic {magic!r})")
+    if version != FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{where}: written in checkpoint format version {version}; this megaactors reads version {FORMAT_VERSION}"
+        )
+    if codec != _ZSTD:
+        raise CorruptStoreError(f"{where}: unknown compression codec {codec}")
+
+
+def decode_state(blob: bytes, where: str = "checkpoint") -> Any:
+    """The state inside an :func:`encode_state` blob; a wrong header raises."""
+    blob = bytes(blob)
+    check_header(blob, where)
+    try:
+        raw = _decompressor.decompress(blob[_HEADER.size :])
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (zstandard.ZstdError, ValueError, msgpack.UnpackException) as exc:
+        raise CorruptStoreError(f"{where}: the state does not decode: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The right to write on behalf of a run, until ``expires_at`` (database clock)."""
+
+    run_id: str
+    owner: str
+    fence: int
+    expires_at: float
+
+
+@dataclass
+class RunRecord:
+    """One row of the run table."""
+
+    run_id: str
+    params: dict[str, Any]
+    options: dict[str, Any]
+    status: str
+    owner: str | None
+    lease_expires: float | None
+    fence: int
+    attempts: int
+    max_attempts: int
+    version: str
+    created_at: float
+    updated_at: float
+    step: int | None = None
+    error: str | None = None
+    result: dict[str, Any] | None = None
+    parent_run: str | None = None
+    parent_step: int | None = None
+    now: float = 0.0
+    """The database's clock when the row was read."""
+
+    @property
+    def held(self) -> bool:
+        """Running under a lease that has not expired."""
+        return self.status == "running" and self.lease_expires is not None and self.lease_expires > self.now
+
+
+@dataclass
+class CheckpointRecord:
+    """One checkpointed super-step (``state`` is None when listed without it)."""
+
+    run_id: str
+    step: int
+    parent_step: int | None
+    base_step: int
+    kind: str
+    meta: dict[str, Any]
+    nbytes: int
+    created_at: float
+    state: bytes | None = None
+
+
+@dataclass
+class OutboxEntry:
+    """A side effect by idempotency key."""
+
+    run_id: str
+    key: str
+    kind: str
+    request: Any
+    status: str
+    result: Any = None
+    attempts: int = 1
+    fence: int = 0
+
+
+@dataclass
+class Compensation:
+    """A side effect that succeeded but whose result could not be recorded."""
+
+    run_id: str
+    key: str
+    fence: int
+    reason: str
+    result: Any
+    status: str = "pending"
+    outcome: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class CheckpointStore(ABC):
+    """Runs, checkpoints, leases and the outbox in one database."""
+
+    target: str
+    """Where the store lives (a file path or a PostgreSQL DSN)."""
+
+    # ------------------------------------------------------------------ life cycle
+
+    @abstractmethod
+    def reopen(self) -> CheckpointStore:
+        """A second connection to the same store (for another thread)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> CheckpointStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @abstractmethod
+    def now(self) -> float:
+        """The database's clock, in seconds since the epoch."""
+
+    # ------------------------------------------------------------------ runs and leases
+
+    @abstractmethod
+    def create_run(
+        self,
+        run_id: str,
+        params: dict[str, Any],
+        options: dict[str, Any],
+        *,
+        version: str,
+        max_attempts: int = 3,
+        owner: str | None = None,
+        lease_s: float | None = None,
+    ) -> Lease | None:
+        """Add a run: queued, or (with ``owner``) running under a fresh lease returned."""
+
+    @abstractmethod
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run's row; :class:`UnknownRunError` if there is none."""
+
+    @abstractmethod
+    def list_runs(self, status: str | None = None) -> list[RunRecord]:
+        """Every run (or those with ``status``), oldest first."""
+
+    @abstractmethod
+    def claim(self, run_id: str, owner: str, version: str, lease_s: float) -> Lease:
+        """Take the lease of one queued run, or of a running one whose lease expired."""
+
+    @abstractmethod
+    def claim_next(self, owner: str, version: str, lease_s: float) -> Lease | None:
+        """Take the oldest claimable run of ``version`` (None when there is none).
+        Runs whose lease expired after their last allowed attempt become ``dead``."""
+
+    @abstractmethod
+    def renew(self, lease: Lease, lease_s: float) -> Lease:
+        """Extend a lease (the heartbeat); :class:`FencingError` if it was lost."""
+
+    @abstractmethod
+    def finish(self, lease: Lease, result: dict[str, Any]) -> None:
+        """Mark the run done with its result."""
+
+    @abstractmethod
+    def fail(self, lease: Lease, error: str) -> str:
+        """Record a failed attempt: queued again, or ``dead`` after the last allowed
+        attempt. Returns the new status."""
+
+    @abstractmethod
+    def release(self, lease: Lease) -> None:
+        """Give a run back to the queue without finishing it."""
+
+    @abstractmethod
+    def cancel(self, run_id: str, reason: str = "cancelled") -> None:
+        """Stop a run for good; its holder's next write fails."""
+
+    # ------------------------------------------------------------------ checkpoints
+
+    @abstractmethod
+    def write(
+        self,
+        lease: Lease,
+        step: int,
+        parent_step: int | None,
+        base_step: int,
+        kind: str,
+        meta: dict[str, Any],
+        state: bytes,
+    ) -> None:
+        """Add the checkpoint of super-step ``step`` (fenced)."""
+
+    @abstractmethod
+    def latest(self, run_id: str) -> CheckpointRecord | None:
+        """The newest checkpoint (with its state), or None."""
+
+    @abstractmethod
+    def get(self, run_id: str, step: int) -> CheckpointRecord:
+        """The checkpoint of ``step`` (with its state)."""
+
+    @abstractmethod
+    def list(self, run_id: str) -> list[CheckpointRecord]:
+        """Every checkpoint of a run, oldest first, without states."""
+
+    def chain(self, run_id: str, step: int) -> list[CheckpointRecord]:
+        """What restoring ``step`` needs: its full snapshot and the deltas up to it."""
+        target = self.get(run_id, step)
+        rows = [r for r in self._range(run_id, target.base_step, step) if r.base_step == target.base_step]
+        if not rows or rows[0].step != target.base_step or rows[0].kind not in ("full", "start"):
+            raise CorruptStoreError(f"run {run_id!r}: the full snapshot of step {target.base_step} is missing")
+        expected = target.base_step
+        for r in rows[1:]:
+            if r.parent_step != expected:
+                raise CorruptStoreError(f"run {run_id!r}: step {r.step} follows {r.parent_step}, not {expected}")
+            expected = r.step
+        return rows
+
+    @abstractmethod
+    def _range(self, run_id: str, first: int, last: int) -> list[CheckpointRecord]:
+        """Checkpoints with ``first <= step <= last`` with their states, oldest first."""
+
+    @abstractmethod
+    def fork(
+        self,
+        run_id: str,
+        step: int,
+        new_run_id: str,
+        *,
+        params: dict[str, Any] | None = None,
+        options: dict[str, Any] | None = None,
+        max_attempts: int | None = None,
+        snapshot: tuple[dict[str, Any], bytes] | None = None,
+    ) -> None:
+        """A new queued run that starts from ``step`` of ``run_id`` (a what-if): it
+        gets a copy of the checkpoints that restore ``step``, or, with ``snapshot``
+        (metadata and state), that full snapshot of ``step`` alone."""
+
+    @abstractmethod
+    def prune(self, run_id: str, keep: int) -> int:
+        """Delete checkpoints that restoring the newest ``keep`` ones does not need;
+        return how many were deleted."""
+
+    # ------------------------------------------------------------------ outbox
+
+    @abstractmethod
+    def outbox_results(self, run_id: str) -> dict[str, Any]:
+        """Results of every recorded side effect of a run, by key."""
+
+    @abstractmethod
+    def outbox_entries(self, run_id: str) -> list[OutboxEntry]: ...
+
+    @abstractmethod
+    def outbox_begin(self, lease: Lease, key: str, kind: str, request: Any) -> OutboxEntry:
+        """Write the intent of a side effect (fenced); returns the entry, which is
+        already ``done`` (with its result) if the effect was recorded before."""
+
+    @abstractmethod
+    def outbox_finish(self, lease: Lease, key: str, result: Any) -> None:
+        """Record a side effect's result (fenced)."""
+
+    @abstractmethod
+    def add_compensation(self, run_id: str, key: str, fence: int, reason: str, result: Any) -> None:
+        """Note a side effect that happened but could not be recorded (not fenced:
+        it reports a fact of the outside world)."""
+
+    @abstractmethod
+    def compensations(self, run_id: str | None = None, status: str | None = "pending") -> list[Compensation]: ...
+
+    @abstractmethod
+    def settle_compensation(self, c: Compensation, status: str, outcome: Any) -> None:
+        """Record how a compensation ended (``adopted`` or ``compensated``)."""

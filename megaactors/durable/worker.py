@@ -1,0 +1,118 @@
+"""The worker loop: claim a run, run it under a heartbeat-renewed lease while
+checkpointing, finish it; repeat. Start as many workers as you like, on one host
+(SQLite) or many (PostgreSQL): each claims its own runs, and a run whose worker
+died is resumed by another from its newest checkpoint once the lease expires."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from megaactors.durable.checkpointing import DurableOptions, Progress, run_durable
+from megaactors.durable.outbox import settle_compensations
+from megaactors.durable.runqueue import DEFAULT_LEASE_S, Heartbeat, RunQueue, owner_id
+from megaactors.durable.store import CheckpointStore, FencingError, Lease, StoreError
+from megaactors.spec import ParameterError, RunSpec
+
+__all__ = ["execute_claimed", "work", "work_in_processes"]
+
+Log = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def execute_claimed(store: CheckpointStore, lease: Lease, lease_s: float = DEFAULT_LEASE_S, log: Log = _stderr) -> str:
+    """Run a claimed run to its end; return what became of it: ``done``, ``queued``
+    (failed, will be retried), ``dead`` (failed for good) or ``lost`` (the lease
+    went to another worker)."""
+    run = store.get_run(lease.run_id)
+    try:
+        spec = RunSpec.from_dict(run.params)
+        options = DurableOptions.from_dict(run.options)
+    except (ParameterError, TypeError) as exc:
+        return store.fail(lease, f"bad parameters: {exc}")
+    with Heartbeat(store, lease, lease_s) as heartbeat:
+        try:
+            progress = Progress()
+            result = run_durable(store, lease, spec, options, lost=lambda: heartbeat.lost, progress=progress)
+            store.finish(lease, result.summary())
+            start = "the start" if progress.resumed_from is None else f"super-step {progress.resumed_from}"
+            log(f"worker {lease.owner}: run {lease.run_id!r} ran from {start} to super-step {progress.steps}")
+        except FencingError as exc:
+            log(f"worker {lease.owner}: {exc}")
+            return "lost"
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log(f"worker {lease.owner}: run {lease.run_id!r} failed: {error}\n{traceback.format_exc()}")
+            try:
+                return store.fail(lease, error)
+            except FencingError:
+                return "lost"
+    settle_compensations(store, run_id=lease.run_id)
+    return "done"
+
+
+def work(
+    store: CheckpointStore,
+    *,
+    owner: str | None = None,
+    lease_s: float = DEFAULT_LEASE_S,
+    poll_s: float = 0.5,
+    exit_when_idle: bool = False,
+    max_runs: int | None = None,
+    log: Log = _stderr,
+) -> int:
+    """Claim and run runs until told to stop; return how many this worker finished."""
+    owner = owner or owner_id()
+    queue = RunQueue(store)
+    finished = 0
+    while max_runs is None or finished < max_runs:
+        lease = queue.claim_next(owner, lease_s)
+        if lease is None:
+            try:
+                settle_compensations(store)
+            except StoreError as exc:
+                log(f"worker {owner}: settling compensations: {exc}")
+            if exit_when_idle and not _in_progress(store, queue.version):
+                break
+            time.sleep(poll_s)
+            continue
+        log(f"worker {owner}: claimed run {lease.run_id!r} (fence {lease.fence})")
+        status = execute_claimed(store, lease, lease_s, log)
+        log(f"worker {owner}: run {lease.run_id!r} {status}")
+        if status == "done":
+            finished += 1
+    return finished
+
+
+def _in_progress(store: CheckpointStore, version: str) -> bool:
+    """True while some run of ``version`` is queued or held (its holder may yet fail it back)."""
+    return any(r.status in ("queued", "running") and r.version == version for r in store.list_runs())
+
+
+def _work_process(target: str, kwargs: dict[str, object]) -> None:
+    from megaactors.durable import open_store
+
+    with open_store(target) as store:
+        work(store, **kwargs)  # type: ignore[arg-type]
+
+
+def work_in_processes(target: str | Path, jobs: int, **kwargs: object) -> None:
+    """Run ``jobs`` workers, one process each, until they all stop."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_work_process, args=(str(target), kwargs), daemon=False) for _ in range(jobs)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join()
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()

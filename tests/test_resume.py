@@ -1,0 +1,262 @@
+"""Resume: a run restored from any checkpoint ends exactly as a run never interrupted.
+
+In process: the state of a simulation (agents, queues, calls in flight, locks,
+recruits, ledger, trace) is written as full snapshots and deltas and restored at
+random steps over random configurations. Out of process: real ``megaactors run``
+processes are killed with SIGKILL at random moments (and some of their resumes
+too), and ``megaactors resume`` must print the same JSON as an uninterrupted run,
+apart from wall time."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from megaactors import Effects, LLMRequest, Organisation, RunSpec, Send, SimRuntime, ToolCall
+from megaactors.durable import DurableOptions, open_store, run_durable
+from megaactors.durable.checkpointing import Progress
+from megaactors.durable.state import DurableSim, StateError
+from megaactors.messages import HIERARCHY
+
+
+class Busy:
+    """Recruits, tool calls behind a global lock, and several rounds of notes on tree edges."""
+
+    name = "busy"
+
+    def __init__(self, rounds: int) -> None:
+        self.rounds = rounds
+
+    def init(self, agent: int, org: Organisation) -> list[Any]:
+        return [0, 0, []]
+
+    def on_start(self, ctx: Any, state: list[Any]) -> Effects | None:
+        if ctx.agent % 3:
+            return None
+        cap = ctx.org.fanout
+        room = ctx.agent == 0 and (cap is None or len(ctx.org.children.get(0, ())) < cap)
+        return Effects(llm=LLMRequest(new_tokens=5, stage="plan"), recruits=1 if room else 0)
+
+    def on_batch(self, ctx: Any, state: list[Any], batch: Any) -> Effects:
+        state[2] = [m.id for m in batch][:3]
+        if ctx.agent % 2 == 0:
+            return Effects(tool=ToolCall("git", 0.3, lock="git", args=[ctx.agent, state[0]], stage="merge"))
+        return Effects(llm=LLMRequest(stage="read"))
+
+    def on_tool(self, ctx: Any, state: list[Any], result: Any) -> Effects:
+        state[1] += result.result
+        return Effects(llm=LLMRequest(new_tokens=3, stage="tool"))
+
+    def on_reply(self, ctx: Any, state: list[Any], reply: Any) -> Effects:
+        state[0] += 1
+        peers = ctx.org.tree_neighbours(ctx.agent)
+        if state[0] > self.rounds or not peers:
+            return Effects()
+        return Effects(sends=[Send(peers, HIERARCHY, "note", [ctx.agent, state[0], list(ctx.recruited)])])
+
+
+TOOLS = {"git": lambda args: args[0] * 10 + args[1]}
+
+
+def _runtime(cls: type, org_args: tuple[int, int], rounds: int, seed: int, serial: bool, cap: int | None) -> Any:
+    return cls(
+        Organisation.hierarchy(*org_args),
+        Busy(rounds),
+        seed=seed,
+        serial=serial,
+        max_concurrent_llm=cap,
+        trace=True,
+        tools=TOOLS,
+    )
+
+
+def _outcome(rt: Any) -> tuple[str, Any]:
+    summary = rt.result().summary()
+    summary.pop("wall_s")
+    trace = rt.trace.as_dict()
+    return json.dumps(summary, sort_keys=True), ([a.data for a in rt.agents], trace)
+
+
+def _wire(x: Any) -> Any:
+    return msgpack.unpackb(msgpack.packb(x), strict_map_key=False)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(2, 25),
+    fanout=st.integers(2, 4),
+    rounds=st.integers(1, 3),
+    seed=st.integers(0, 50),
+    serial=st.booleans(),
+    cap=st.one_of(st.none(), st.integers(1, 3)),
+    window=st.sampled_from([0.1, 0.5, 2.0]),
+    fulls=st.lists(st.booleans(), min_size=1, max_size=60),
+    picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=3),
+    genesis=st.booleans(),
+)
+def test_restoring_any_step_continues_exactly(
+    n: int,
+    fanout: int,
+    rounds: int,
+    seed: int,
+    serial: bool,
+    cap: int | None,
+    window: float,
+    fulls: list[bool],
+    picks: list[int],
+    genesis: bool,
+) -> None:
+    args = ((n, fanout), rounds, seed, serial, cap)
+    reference = SimRuntime(Organisation.hierarchy(n, fanout), Busy(rounds), seed=seed, serial=serial,
+                           max_concurrent_llm=cap, trace=True, tools=TOOLS)  # fmt: skip
+    reference.run()
+    expected = _outcome(reference)
+    rt = _runtime(DurableSim, *args)
+    rt.start()
+    snapshots = [_wire(rt.genesis() if genesis else rt.full())]
+    i = 0
+    while not rt.finished:
+        rt.advance((math.floor(rt.next_event_time / window) + 1) * window)
+        full = fulls[i % len(fulls)]
+        i += 1
+        snapshots.append(_wire(rt.full() if full else rt.delta()))
+    assert _outcome(rt) == expected  # noting changes does not change the run
+    for pick in picks:
+        k = pick % len(snapshots)
+        base = max(j for j in range(k + 1) if snapshots[j]["kind"] in ("full", "start"))
+        restored = _runtime(DurableSim, *args)
+        restored.restore(_wire(snapshots[base : k + 1]))
+        assert sorted((t, s, a) for t, s, a in restored._heap) == sorted(restored._heap)
+        restored.run()
+        assert _outcome(restored) == expected, f"restored at step {k} (full at {base})"
+
+
+def test_restore_refuses_what_does_not_fit() -> None:
+    rt = DurableSim(Organisation.star(5), Busy(1))
+    rt.start()
+    full = _wire(rt.full())
+    with pytest.raises(StateError, match="holds 6 agents but these parameters build 7"):
+        DurableSim(Organisation.star(6), Busy(1)).restore([full])
+    with pytest.raises(StateError, match="full snapshot or a genesis"):
+        DurableSim(Organisation.star(5), Busy(1)).restore([_wire(rt.delta())])
+    with pytest.raises(StateError, match="full snapshot first"):
+        DurableSim(Organisation.star(5), Busy(1)).delta()
+
+
+def test_delta_size_follows_activity_not_history(tmp_path: Path) -> None:
+    """Forty identical rounds with the trace on: the history (trace) grows forty-fold,
+    deltas stay flat; a quiet tail writes tiny deltas."""
+    spec = RunSpec(topology="star", agents=40, rounds=40, seed=2, trace=True, latency_sigma=0.0)
+    store = open_store(tmp_path / "s.db", create=True)
+    lease = store.create_run("r", spec.as_dict(), {}, version="t", owner="me", lease_s=60)
+    progress = Progress()
+    run_durable(store, lease, spec, DurableOptions(step_s=0.5, full_ratio=1e9), progress=progress)
+    rows = store.list("r")
+    deltas = [r.nbytes for r in rows if r.kind == "delta" and r.meta["agents_changed"] > 0]
+    assert progress.full_snapshots == 0 and rows[0].kind == "start" and len(deltas) > 60
+    third = len(deltas) // 3
+    early, late = sum(deltas[:third]) / third, sum(deltas[-third:]) / third
+    assert late < 1.3 * early, (early, late)
+    # a full snapshot carries the whole trace: it grows with history
+    from megaactors.durable.store import decode_state, pack_state
+
+    def full_size(step: int) -> int:
+        rt = DurableSim(spec.organisation(), spec.behaviour(), spec.llm(), seed=spec.seed, trace=True)
+        rt.restore([decode_state(r.state) for r in store.chain("r", step)])
+        return len(pack_state(rt.full()))
+
+    assert full_size(rows[-1].step) > 3 * full_size(rows[10].step)
+    # one round on 2,000 agents: the busy middle writes big deltas, the quiet tail tiny ones
+    spec = RunSpec(topology="two-tier", agents=2000, group_size=20, rounds=1, seed=1)
+    lease = store.create_run("q", spec.as_dict(), {}, version="t", owner="me", lease_s=60)
+    run_durable(store, lease, spec, DurableOptions(step_s=0.5, full_ratio=1e9))
+    sizes = {r.meta["agents_changed"]: r.nbytes for r in store.list("q") if r.kind == "delta"}
+    busiest, quietest = max(sizes), min(sizes)
+    assert busiest > 500 and quietest < 10
+    assert sizes[quietest] * 20 < sizes[busiest]
+
+
+# ---------------------------------------------------------------------- SIGKILL, for real
+
+SPEC = ("--topology", "two-tier", "--agents", "1500", "--group-size", "12", "--rounds", "6", "--seed", "9")
+
+
+def _cli(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "megaactors", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def _strip(out: str) -> dict[str, Any]:
+    summary = json.loads(out)
+    summary.pop("wall_s")
+    return summary
+
+
+def test_sigkill_at_random_moments_then_resume_gives_identical_results(tmp_path: Path) -> None:
+    db = str(tmp_path / "kill.db")
+    reference = RunSpec(topology="two-tier", agents=1500, group_size=12, rounds=6, seed=9).execute().summary()
+    reference.pop("wall_s")
+    t0 = time.perf_counter()
+    full = _cli("run", *SPEC, "--checkpoint", db, "--run-id", "timing", "--step-seconds", "0.25", "--json")
+    out, err = full.communicate(timeout=120)
+    duration = time.perf_counter() - t0
+    assert full.returncode == 0, err
+    assert _strip(out) == reference
+    rng = random.Random(6)
+    resumed_mid_run = killed_resumes = 0
+    for trial in range(12):
+        run_id = f"t{trial}"
+        victim = _cli("run", *SPEC, "--checkpoint", db, "--run-id", run_id, "--step-seconds", "0.25",
+                      "--lease", "0.4", "--json")  # fmt: skip
+        time.sleep(rng.uniform(0.05, duration))
+        victim.send_signal(signal.SIGKILL)
+        victim.communicate()
+        kills = 1
+        if trial % 3 == 0:  # kill the first resume too
+            second = _cli("resume", "--checkpoint", db, "--run-id", run_id, "--wait", "5", "--lease", "0.4", "--json")
+            time.sleep(rng.uniform(0.8, duration + 0.5))
+            second.send_signal(signal.SIGKILL)
+            second.communicate()
+            kills += 1
+        with open_store(db, readonly=True) as store:
+            try:
+                run = store.get_run(run_id)
+            except Exception:
+                run = None
+        if run is None:  # killed before the run existed: nothing to resume, as the CLI says
+            gone = _cli("resume", "--checkpoint", db, "--run-id", run_id)
+            _, err = gone.communicate(timeout=60)
+            assert gone.returncode == 2 and "no run" in err
+            continue
+        if run.status != "done" and run.step is not None and run.step > 0:
+            resumed_mid_run += 1
+        if kills == 2 and run.attempts >= 2:
+            killed_resumes += 1
+        final = _cli("resume", "--checkpoint", db, "--run-id", run_id, "--wait", "5", "--json")
+        out, err = final.communicate(timeout=120)
+        assert final.returncode == 0, f"trial {trial} ({kills} kill(s)): {err}"
+        assert _strip(out) == reference, f"trial {trial}: resumed result differs"
+    assert resumed_mid_run >= 4, f"only {resumed_mid_run} trials were killed after a checkpoint and before the end"
+    assert killed_resumes >= 1, "no resume was killed after it had claimed its run"
+
+
+def test_sigkill_signal_really_is_kill() -> None:
+    assert signal.SIGKILL == 9 and os.name == "posix"
