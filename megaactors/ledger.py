@@ -67,7 +67,9 @@ class Ledger:
         self._tin[agent] += tin
         self._tout[agent] += tout
         self.cost_per_agent[agent] += cost
-        stage = self._stages.get(reply.stage) or self._stages.setdefault(reply.stage, [0, 0, 0, 0.0])
+        stage = self._stages.get(reply.stage)
+        if stage is None:
+            stage = self._stages[reply.stage] = [0, 0, 0, 0.0]
         stage[0] += 1
         stage[1] += tin
         stage[2] += tout

@@ -30,6 +30,7 @@ __all__ = [
 
 _MASK = (1 << 64) - 1
 _TWO_PI = 2.0 * math.pi
+_sqrt, _log, _cos, _exp = math.sqrt, math.log, math.cos, math.exp
 
 
 def _splitmix(x: int) -> int:
@@ -164,18 +165,21 @@ class SimulatedLLM:
         ``memory_tokens`` of memory and ``new_tokens`` new tokens."""
         tokens = self.tokens
         tokens_in = tokens.system_tokens + memory_tokens + new_tokens
-        tokens_out = request.output_tokens if request.output_tokens is not None else tokens.output_tokens
+        tokens_out = request.output_tokens
+        if tokens_out is None:
+            tokens_out = tokens.output_tokens
         latency, price = self.latency, self.prices[self.model]
-        if latency.sigma:
+        sigma = latency.sigma
+        if sigma:
             # stream_normal(seed, agent, call_index), inlined: this runs once per call
             x = hash((self.seed, 0, agent, call_index)) & _MASK
             x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
             x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
             x ^= x >> 31
-            z = math.sqrt(-2.0 * math.log(((x >> 32) + 0.5) / 4294967296.0)) * math.cos(
+            z = _sqrt(-2.0 * _log(((x >> 32) + 0.5) / 4294967296.0)) * _cos(
                 _TWO_PI * ((x & 0xFFFFFFFF) + 0.5) / 4294967296.0
             )
-            base = latency.median_s * math.exp(latency.sigma * z)
+            base = latency.median_s * _exp(sigma * z)
         else:
             base = latency.median_s
         return LLMReply(
