@@ -21,7 +21,7 @@ from megaactors.ledger import Ledger
 from megaactors.llm import PRICES, LatencyModel, LLMReply, SimulatedLLM, TokenModel
 from megaactors.messages import ADMIN, CHANNELS, HIERARCHY, INTRA, Batch, Message, MessageError, Packet, decode, encode
 from megaactors.organisation import Organisation, OrganisationError, RecruitError, RouteError
-from megaactors.runtime import RUNTIMES, RunResult, SimRuntime
+from megaactors.runtime import RUNTIMES, AsyncioRuntime, PykkaRuntime, RunResult, SimRuntime
 from megaactors.spec import ParameterError, RunSpec
 from megaactors.sweep import ResultsError, SweepError, load_results, run_sweep
 from megaactors.trace import Trace
@@ -38,6 +38,7 @@ __all__ = [
     "Agent",
     "AgentContext",
     "AgentState",
+    "AsyncioRuntime",
     "Batch",
     "Behaviour",
     "BehaviourError",
@@ -54,6 +55,7 @@ __all__ = [
     "OrganisationError",
     "Packet",
     "ParameterError",
+    "PykkaRuntime",
     "RecruitError",
     "ResultsError",
     "RetryLimitError",

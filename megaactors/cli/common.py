@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any, NoReturn
 
+from megaactors.runtime import RUNTIMES
 from megaactors.spec import TOPOLOGIES, ParameterError, RunSpec
 
 __all__ = ["CommandError", "Parser", "add_run_options", "spec_from_args"]
@@ -36,7 +37,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rounds", "-r", type=int, default=d.rounds, help="chat rounds (default %(default)s)")
     parser.add_argument("--seed", "-s", type=int, default=d.seed, help="random seed (default %(default)s)")
-    parser.add_argument("--runtime", default=d.runtime, help="runtime (default %(default)s)")
+    parser.add_argument("--runtime", default=d.runtime, help=f"one of {', '.join(RUNTIMES)} (default %(default)s)")
     parser.add_argument("--model", default=d.model, help="priced LLM model (default %(default)s)")
     parser.add_argument("--serial", action="store_true", help="one agent Processing at a time (w/o parallelism)")
     parser.add_argument("--max-concurrent-llm", type=int, default=None, help="cap on LLM calls in flight")

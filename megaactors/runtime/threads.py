@@ -1,0 +1,515 @@
+"""The pykka runtime: every agent is a pykka ``ThreadingActor`` with its own thread.
+
+An agent's in-queue is its actor's inbox; its out-queue is flushed to the
+recipients with ``tell`` (one reference to the packet per recipient). When a
+message reaches an Idle agent, the actor takes it and everything queued behind it
+as one batch; messages that arrive while it is Processing wait in the inbox for
+the next batch. A simulated LLM call or a tool call blocks the agent's thread for
+``latency_s * time_scale`` wall seconds. Postman, ledger, trace and organisation
+are shared by all threads and touched under one lock.
+
+All actors are started before any of them runs its start effects (a barrier), so
+every recipient exists when the first message is sent. The run ends when every
+agent is Idle and no message waits in an inbox; the actors are then stopped and
+their threads joined. An exception in an agent ends the run: the other agents stop
+at their next step (one in the middle of a simulated wait finishes that wait
+first) and :meth:`PykkaRuntime.run` raises it (a
+:class:`~megaactors.behaviour.BehaviourError` names the agent and the message).
+
+A thread per agent is capped machine-wide: :func:`thread_capacity` reads the
+kernel's limits (``threads-max``, ``pid_max``, the cgroup's ``pids.max``,
+``RLIMIT_NPROC``, and ``vm.max_map_count`` for the threads' memory mappings) and
+the threads already in use, and the runtime refuses a larger organisation with a
+:class:`~megaactors.spec.ParameterError` before starting any actor. On the
+reference machine ``pid_max`` is 32,768 but ``vm.max_map_count`` (65,530) binds
+first, at about three mappings per thread: the capacity is about 21,600 agents,
+and a star chat round of 21,632 agents ran there (the next thread beyond about
+22,100 fails to start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import resource
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pykka
+
+from megaactors.agent import IDLE, PROCESSING, RESPONSE, Agent, AgentState
+from megaactors.behaviour import Behaviour, Effects, LLMRequest, ToolCall
+from megaactors.messages import Packet
+from megaactors.organisation import Organisation
+from megaactors.runtime.gc_tuning import quiet_gc
+from megaactors.runtime.live import DEFAULT_TIME_SCALE, LiveRuntime
+from megaactors.runtime.result import RunResult
+from megaactors.spec import ParameterError
+
+__all__ = ["MAPS_PER_THREAD", "THREAD_RESERVE", "PykkaRuntime", "check_thread_capacity", "thread_capacity"]
+
+THREAD_RESERVE = 128
+"""Threads left to the rest of the machine when computing the capacity."""
+MAPS_PER_THREAD = 3
+"""Memory mappings a thread adds to the process (its stack, its guard page, and
+allocator arenas): measured 2.2 for the first thousand pykka actors, 3.0 after."""
+
+_PROC = Path("/proc")
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if text == "max":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _cgroup_pids() -> tuple[int | None, int | None]:
+    """``pids.max`` and ``pids.current`` of this process's cgroup (v2 or v1), if set."""
+    try:
+        lines = (_PROC / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        return None, None
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and controllers == "":
+            base = Path("/sys/fs/cgroup") / path.lstrip("/")
+        elif "pids" in controllers.split(","):
+            base = Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+        else:
+            continue
+        limit = _read_int(base / "pids.max")
+        if limit is not None:
+            return limit, _read_int(base / "pids.current")
+    return None, None
+
+
+def _threads_in_use() -> int:
+    """Threads on the whole machine (``/proc/loadavg``), or this process's if unreadable."""
+    try:
+        return int((_PROC / "loadavg").read_text().split()[3].split("/")[1])
+    except (OSError, IndexError, ValueError):
+        return threading.active_count()
+
+
+def _maps_in_use() -> int:
+    try:
+        with open(_PROC / "self" / "maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+def thread_capacity() -> dict[str, int | None]:
+    """How many more threads this process may start, and what limits it.
+
+    Each limit is reduced by what is already in use: ``threads-max`` and ``pid_max``
+    by the threads on the machine, the cgroup's ``pids.max`` by its ``pids.current``,
+    ``RLIMIT_NPROC`` by the threads on the machine (a conservative stand-in for this
+    user's), ``vm.max_map_count`` by this process's mappings (divided by
+    :data:`MAPS_PER_THREAD`). ``capacity`` is the smallest, less :data:`THREAD_RESERVE`.
+    """
+    in_use = _threads_in_use()
+    free: dict[str, int | None] = {"threads_in_use": in_use}
+    threads_max = _read_int(_PROC / "sys" / "kernel" / "threads-max")
+    pid_max = _read_int(_PROC / "sys" / "kernel" / "pid_max")
+    free["threads_max"] = None if threads_max is None else threads_max - in_use
+    free["pid_max"] = None if pid_max is None else pid_max - in_use
+    pids_max, pids_current = _cgroup_pids()
+    free["cgroup_pids_max"] = None if pids_max is None else pids_max - (pids_current or in_use)
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    free["rlimit_nproc"] = None if nproc == resource.RLIM_INFINITY else nproc - in_use
+    max_maps = _read_int(_PROC / "sys" / "vm" / "max_map_count")
+    free["max_map_count"] = None if max_maps is None else (max_maps - _maps_in_use()) // MAPS_PER_THREAD
+    limits = [v for k, v in free.items() if k != "threads_in_use" and v is not None]
+    free["capacity"] = max(0, min(limits, default=1 << 20) - THREAD_RESERVE)
+    return free
+
+
+def check_thread_capacity(agents: int) -> None:
+    """Raise :class:`ParameterError` if ``agents`` threads cannot be started here."""
+    cap = thread_capacity()
+    if agents > cap["capacity"]:  # type: ignore[operator]
+        binding = min(
+            (k for k, v in cap.items() if k not in ("capacity", "threads_in_use") and v is not None),
+            key=lambda k: cap[k],  # type: ignore[arg-type, return-value]
+            default="none",
+        )
+        raise ParameterError(
+            f"agents: the pykka runtime needs one thread per agent and this machine can start at most "
+            f"{cap['capacity']:,} more ({binding} is the binding limit, {cap['threads_in_use']:,} threads in use); "
+            f"got {agents:,} agents — use the asyncio or sim runtime for more"
+        )
+
+
+def _place(items: list[Any], index: int, value: Any) -> None:
+    """``items[index] = value``, growing ``items`` with ``None`` as needed."""
+    if index >= len(items):
+        items.extend([None] * (index + 1 - len(items)))
+    items[index] = value
+
+
+class _Aborted(Exception):
+    """Another agent failed: stop working."""
+
+
+class _SerialToken:
+    """Serial mode: one agent may be Processing; the others queue in FIFO order."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holder: Agent | None = None
+        self.waiting: deque[tuple[Agent, threading.Event]] = deque()
+
+    def acquire(self, a: Agent) -> None:
+        with self.lock:
+            if self.holder is None or self.holder is a:
+                self.holder = a
+                return
+            event = threading.Event()
+            self.waiting.append((a, event))
+        event.wait()
+
+    def release(self, a: Agent) -> None:
+        with self.lock:
+            if self.holder is a:
+                self.holder = None
+                if self.waiting:
+                    nxt, event = self.waiting.popleft()
+                    self.holder = nxt
+                    event.set()
+
+    def has_waiting(self) -> bool:
+        with self.lock:
+            return bool(self.waiting)
+
+    def wake_all(self) -> None:
+        with self.lock:
+            for _, event in self.waiting:
+                event.set()
+            self.waiting.clear()
+
+
+class _FifoLock:
+    """A mutex that admits waiters in arrival order (as the simulation does)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held = False
+        self._waiting: deque[threading.Event] = deque()
+
+    def acquire(self) -> None:
+        with self._lock:
+            if not self._held:
+                self._held = True
+                return
+            event = threading.Event()
+            self._waiting.append(event)
+        event.wait()
+
+    def release(self) -> None:
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().set()  # ownership passes directly
+            else:
+                self._held = False
+
+
+class _AgentActor(pykka.ThreadingActor):
+    """One agent on its own thread."""
+
+    use_daemon_thread = True
+
+    def __init__(self, runtime: PykkaRuntime, agent: Agent, start: Effects | None) -> None:
+        super().__init__()
+        self.runtime = runtime
+        self.agent = agent
+        self.start_effects = start
+        self.thread: threading.Thread | None = None
+        with runtime._lock:
+            _place(runtime.actors, agent.id, self)
+
+    def on_start(self) -> None:
+        self.thread = threading.current_thread()
+        rt = self.runtime
+        rt.go.wait()
+        if self.start_effects is not None and rt.error is None:
+            eff, self.start_effects = self.start_effects, None
+            rt.guarded(self.agent, eff)
+
+    def on_receive(self, message: Any) -> None:
+        rt = self.runtime
+        if rt.error is not None or type(message) is not Packet:
+            return
+        a = self.agent
+        a.inbox.append(message)
+        rt.guarded(a, None, woken=True)
+
+
+class PykkaRuntime(LiveRuntime):
+    """Runs a behaviour over an organisation with one pykka thread per agent."""
+
+    name = "pykka"
+
+    def __init__(
+        self,
+        org: Organisation,
+        behaviour: Behaviour,
+        llm: Any = None,
+        *,
+        seed: int = 0,
+        max_concurrent_llm: int | None = None,
+        serial: bool = False,
+        trace: bool = True,
+        tools: dict[str, Callable[[Any], Any]] | None = None,
+        time_scale: float = DEFAULT_TIME_SCALE,
+    ) -> None:
+        check_thread_capacity(org.n)
+        super().__init__(
+            org,
+            behaviour,
+            llm,
+            seed=seed,
+            max_concurrent_llm=max_concurrent_llm,
+            serial=serial,
+            trace=trace,
+            tools=tools,
+            time_scale=time_scale,
+        )
+        if self._async_llm:
+            raise ParameterError("the pykka runtime needs an LLM with a blocking complete(); use the asyncio runtime")
+        self._lock = threading.Lock()
+        self.go = threading.Event()
+        self.done = threading.Event()
+        self.actors: list[_AgentActor] = []
+        self.refs: list[pykka.ActorRef[Any]] = []
+        self._outstanding = 0
+        """Messages not yet taken plus agents not Idle: the run is over at 0."""
+        self._semaphore = threading.BoundedSemaphore(max_concurrent_llm) if max_concurrent_llm else None
+        self._token = _SerialToken() if serial else None
+        self._tool_locks: dict[str, _FifoLock] = {}
+
+    # ------------------------------------------------------------------ driving
+
+    def run(self) -> RunResult:
+        """Start one actor per agent, run until every agent is Idle, stop them all."""
+        wall0 = time.perf_counter()
+        with quiet_gc():
+            starts = self._start_effects()
+            self._outstanding = sum(1 for eff in starts if eff is not None)
+            try:
+                for a, eff in zip(self.agents, starts, strict=True):
+                    self._spawn_actor(a, eff)
+                self._mark_start()
+                if not self._outstanding:
+                    self.done.set()
+                self.go.set()
+                self.done.wait()
+            except BaseException as exc:  # no thread, or interrupted: the actors must not start work
+                self._fail(exc)
+                raise
+            finally:
+                self._end = time.monotonic()
+                self.go.set()
+                self._stop_actors()
+        if self.error is not None:
+            raise self.error
+        self._wall = time.perf_counter() - wall0
+        return self.result()
+
+    def _spawn_actor(self, a: Agent, start: Effects | None) -> None:
+        try:
+            ref = _AgentActor.start(self, a, start)
+        except RuntimeError as exc:  # the kernel refused a thread after all
+            raise ParameterError(
+                f"agents: could not start a thread for agent {a.id} ({exc}); "
+                f"this machine's thread capacity is {thread_capacity()['capacity']:,}"
+            ) from exc
+        with self._lock:
+            _place(self.refs, a.id, ref)
+
+    def _stop_actors(self) -> None:
+        if self._token is not None:
+            self._token.wake_all()
+        futures = []
+        for ref in self.refs:
+            try:
+                futures.append(ref.stop(block=False))
+            except pykka.ActorDeadError:
+                continue
+        for fut in futures:
+            try:
+                fut.get(timeout=60)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                continue
+        for actor in self.actors:
+            if actor.thread is not None:
+                actor.thread.join(timeout=60)
+
+    def _spawn(self, agent: Agent) -> None:
+        check_thread_capacity(1)
+        self._spawn_actor(agent, None)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = exc
+        if self._token is not None:
+            self._token.wake_all()
+        self.done.set()
+
+    # ------------------------------------------------------------------ one agent (in its thread)
+
+    def guarded(self, a: Agent, eff: Effects | None, woken: bool = False) -> None:
+        """Run the agent until Idle (``woken``: by a message while Idle); record the
+        first exception and end the run."""
+        try:
+            self._activate(a, eff, woken)
+        except _Aborted:
+            return
+        except Exception as exc:
+            self._fail(exc)
+
+    def _add_agents(self, a: Agent, count: int) -> list[Agent]:
+        with self._lock:
+            return super()._add_agents(a, count)
+
+    def _move(self, a: Agent, to: AgentState) -> None:
+        if self.trace is None:  # only the agent's own state changes
+            a.transition(to, 0.0, None)
+            return
+        with self._lock:
+            a.transition(to, self.now(), self.trace)
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise _Aborted
+
+    def _drain(self, a: Agent) -> None:
+        """Move everything waiting in the actor's inbox into the agent's in-queue, in
+        one go under the queue's own mutex."""
+        inbox = self.actors[a.id].actor_inbox
+        if type(inbox) is queue.Queue:
+            with inbox.mutex:
+                waiting = list(inbox.queue)
+                inbox.queue.clear()
+        else:  # another inbox implementation: one message at a time
+            waiting = []
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    waiting.append(inbox.get(block=False))  # type: ignore[call-arg]
+        append = a.inbox.append
+        for envelope in waiting:
+            message = envelope.message
+            if type(message) is Packet:
+                append(message)
+            else:  # a stop request: leave it for the actor loop
+                inbox.put(envelope)
+
+    def _activate(self, a: Agent, eff: Effects | None, woken: bool) -> None:
+        token = self._token
+        while True:
+            if token is not None:
+                token.acquire(a)
+            self._check()
+            self._move(a, PROCESSING)
+            if eff is None:
+                self._drain(a)
+                with self._lock:
+                    batch = self._take_batch(a)
+                    self._outstanding += woken - len(batch)  # busy from now on, batch taken
+                woken = False
+                eff = self._on_batch(a, batch)
+            wait = self._apply(a, eff)
+            while wait is not None:
+                eff = self._call_llm(a, wait) if type(wait) is LLMRequest else self._call_tool(a, wait)  # type: ignore[arg-type]
+                self._check()
+                wait = self._apply(a, eff)
+            eff = None
+            self._move(a, RESPONSE)
+            if a.outbox:
+                self._deliver(a)
+            self._drain(a)
+            if not a.inbox:
+                with self._lock:
+                    a.transition(IDLE, self.now() if self.trace is not None else 0.0, self.trace)
+                    self._outstanding -= 1
+                    finished = not self._outstanding
+                if token is not None:
+                    token.release(a)
+                if finished:
+                    self.done.set()
+                return
+            if token is not None and token.has_waiting():
+                self._move(a, IDLE)
+                token.release(a)
+
+    def _deliver(self, a: Agent) -> None:
+        """Flush the out-queue: ``tell`` each recipient a reference to the packet."""
+        refs = self.refs
+        with self._lock:
+            stamp, now, sender = self.postman.stamp, self.now(), a.id
+            packets = [p for send in a.outbox for p in stamp(sender, send, now)]
+            self._outstanding += sum(len(p.recipients) for p in packets)
+        a.outbox = []
+        for packet in packets:
+            for r in packet.recipients:
+                refs[r].tell(packet)
+
+    def _call_llm(self, a: Agent, request: LLMRequest) -> Effects:
+        semaphore = self._semaphore
+        if semaphore is not None:
+            semaphore.acquire()
+            if self.error is not None:
+                semaphore.release()
+                raise _Aborted
+        try:
+            with self._lock:
+                self._llm_started()
+                new_tokens, reply = self._issue_llm(a, request)
+            delay = reply.latency_s * self.time_scale
+            if delay > 0:
+                time.sleep(delay)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+            if semaphore is not None:
+                semaphore.release()
+        self._check()
+        return self._reply(a, new_tokens, reply)
+
+    def _call_tool(self, a: Agent, call: ToolCall) -> Effects:
+        requested = self.now()
+        lock = None
+        if call.lock is not None:
+            with self._lock:
+                lock = self._tool_locks.get(call.lock)
+                if lock is None:
+                    lock = self._tool_locks[call.lock] = _FifoLock()
+            lock.acquire()
+            if self.error is not None:
+                lock.release()
+                raise _Aborted
+        try:
+            started = self.now()
+            delay = call.duration_s * self.time_scale
+            if delay > 0:
+                time.sleep(delay)
+        finally:
+            if lock is not None:
+                lock.release()
+        with self._lock:
+            self._account_tool(call, started - requested)
+        self._check()
+        return self._tool_done(a, call, requested, started)
