@@ -123,7 +123,12 @@ class RunSpec:
             **runtime_options,
         )
         result = runtime.run()
-        result.params = {
+        result.params = self.result_params()
+        return result
+
+    def result_params(self) -> dict[str, Any]:
+        """The parameters a run's summary reports beside its ledger figures."""
+        return {
             "topology": self.topology,
             "group_size": self.group_size,
             "fanout": self.fanout,
@@ -132,4 +137,3 @@ class RunSpec:
             "model": self.model,
             "serial": self.serial,
         }
-        return result

@@ -57,7 +57,7 @@ from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.result import RunResult
 from megaactors.spec import ParameterError, RunSpec
 
-__all__ = ["GENESIS_BYTES_PER_AGENT", "DurableOptions", "Progress", "fork_run", "result_params", "run_durable"]
+__all__ = ["GENESIS_BYTES_PER_AGENT", "DurableOptions", "Progress", "fork_run", "run_durable"]
 
 GENESIS_BYTES_PER_AGENT = 300
 """Estimated packed size of one agent in a full snapshot: the weight of a genesis
@@ -114,19 +114,6 @@ class Progress:
     checkpoint_bytes: int = 0
     outbox_performed: int = 0
     outbox_replayed: int = 0
-
-
-def result_params(spec: RunSpec) -> dict[str, Any]:
-    """The parameters a :class:`RunResult` of ``spec`` reports (as ``RunSpec.execute`` does)."""
-    return {
-        "topology": spec.topology,
-        "group_size": spec.group_size,
-        "fanout": spec.fanout,
-        "rounds": spec.rounds,
-        "seed": spec.seed,
-        "model": spec.model,
-        "serial": spec.serial,
-    }
 
 
 class _Writer:
@@ -306,7 +293,7 @@ def run_durable(
     progress.steps = step
     progress.outbox_performed, progress.outbox_replayed = outbox.performed, outbox.replayed
     result = rt.result()
-    result.params = result_params(spec)
+    result.params = spec.result_params()
     return result
 
 
