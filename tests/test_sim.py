@@ -7,6 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sample_behaviours import Faulty, GitUser, Recruiter, ToolLoop, Trespasser
 
 from megaactors import (
     AgentState,
@@ -14,13 +15,11 @@ from megaactors import (
     BehaviourError,
     ChatRound,
     Effects,
-    LLMRequest,
     Organisation,
     RouteError,
     RunSpec,
     Send,
     SimRuntime,
-    ToolCall,
     encode,
     expected_messages,
 )
@@ -123,34 +122,6 @@ def test_llm_cap_bounds_calls_in_flight(cap: int) -> None:
     assert run(org).ledger.peak_llm_in_flight > cap
 
 
-class ToolLoop:
-    """Agent 0 thinks in a loop of ``calls`` LLM calls; the others message it at once."""
-
-    name = "tool-loop"
-
-    def __init__(self, calls: int) -> None:
-        self.calls = calls
-
-    def init(self, agent, org):
-        return {"left": 0, "batches": []}
-
-    def on_start(self, ctx, state):
-        if ctx.agent == 0:
-            state["left"] = self.calls
-            return Effects(llm=LLMRequest(new_tokens=5, stage="plan"))
-        return Effects(sends=[Send([0], INTRA, "note", ctx.agent)])
-
-    def on_batch(self, ctx, state, batch):
-        state["batches"].append((ctx.now, sorted(m.payload for m in batch)))
-        return Effects()
-
-    def on_reply(self, ctx, state, reply):
-        state["left"] -= 1
-        if state["left"]:
-            return Effects(llm=LLMRequest(new_tokens=20, stage="tool"))
-        return Effects()
-
-
 def test_function_call_loop_and_messages_waiting_for_the_next_batch() -> None:
     org = Organisation.flat(5)
     result = run(org, ToolLoop(4))
@@ -170,21 +141,9 @@ def test_function_call_loop_and_messages_waiting_for_the_next_batch() -> None:
     assert when == pytest.approx(result.ledger.llm_time_s)
 
 
-class Faulty(ToolLoop):
-    def on_batch(self, ctx, state, batch):
-        raise ValueError("boom")
-
-
 def test_a_failing_behaviour_names_the_agent_and_the_message() -> None:
     with pytest.raises(BehaviourError, match=r"agent 0: behaviour 'tool-loop' failed on a batch of 4 .*id=.*boom"):
         run(Organisation.flat(5), Faulty(1))
-
-
-class Trespasser(ToolLoop):
-    def on_start(self, ctx, state):
-        if ctx.agent == 1:
-            return Effects(sends=[Send([4], INTRA, "gossip", None)])
-        return None
 
 
 def test_a_disallowed_send_raises_a_route_error() -> None:
@@ -192,48 +151,11 @@ def test_a_disallowed_send_raises_a_route_error() -> None:
         run(Organisation.two_tier(6, 3), Trespasser(1))
 
 
-class Recruiter:
-    name = "recruiter"
-
-    def init(self, agent, org):
-        return []
-
-    def on_start(self, ctx, state):
-        return Effects(recruits=2, llm=LLMRequest(new_tokens=1)) if ctx.agent == 0 else None
-
-    def on_batch(self, ctx, state, batch):
-        return Effects(state=[*state, *(m.payload for m in batch)])
-
-    def on_reply(self, ctx, state, reply):
-        return Effects(sends=[Send(ctx.recruited, INTRA, "welcome", "hi")], state=list(ctx.recruited))
-
-
 def test_recruited_agents_join_the_run() -> None:
     org = Organisation.hierarchy(1, 3)
     result = run(org, Recruiter())
     assert org.n == 3 and result.states == [[1, 2], ["hi"], ["hi"]]
     assert result.ledger.messages == 2 and len(result.ledger.per_agent["received"]) == 3
-
-
-class GitUser:
-    """Every agent commits once through one global lock, then sends nothing."""
-
-    name = "git-user"
-
-    def init(self, agent, org):
-        return None
-
-    def on_start(self, ctx, state):
-        return Effects(tool=ToolCall("git-commit", duration_s=5.0, lock="git", args=ctx.agent))
-
-    def on_batch(self, ctx, state, batch):
-        return Effects()
-
-    def on_reply(self, ctx, state, reply):
-        return Effects()
-
-    def on_tool(self, ctx, state, result):
-        return Effects(state=(result.result, result.started_s, result.finished_s, result.waited_s))
 
 
 def test_a_global_lock_serialises_tool_calls_and_contention_shows_in_the_makespan() -> None:
