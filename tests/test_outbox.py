@@ -30,14 +30,6 @@ def expected_charges(run_id: str, spec: RunSpec) -> tuple[set[str], float]:
     return {f"{run_id}/{a}/{i}" for a in range(len(calls)) for i in range(calls[a])}, result.ledger.cost_usd
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "known defect: in about one run in three, one paid call's amount differs from the uninterrupted "
-        "run's (the charged keys are exactly the expected ones, each charged once), i.e. some resume in "
-        "the paid path diverged before it was charged; to be fixed in the durable layer"
-    ),
-)
 def test_killing_workers_again_and_again_charges_every_call_exactly_once(tmp_path: Path) -> None:
     db = str(tmp_path / "paid.db")
     rng = random.Random(3)
@@ -235,3 +227,24 @@ def test_tool_calls_are_replayed_from_the_record_after_a_crash(tmp_path: Path) -
     for s in (summary, reference):
         s.pop("wall_s")
     assert {k: v for k, v in summary.items() if k in reference} == {k: reference[k] for k in summary if k in reference}
+
+
+def test_billing_service_creates_nothing_from_a_truncated_or_amountless_request() -> None:
+    import socket
+    from urllib.parse import urlparse
+
+    from megaactors.durable.billing import BillingError
+
+    with BillingService() as billing:
+        url = urlparse(billing.url)
+        with socket.create_connection((url.hostname, url.port)) as s:  # a client killed mid-request
+            s.sendall(
+                b"POST /charges HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Idempotency-Key: cut\r\nContent-Length: 100\r\n\r\n"
+                b'{"amount'
+            )
+        with pytest.raises(BillingError, match=r"HTTP 400: .*non-negative amount_usd"):
+            charge(billing.url, "no-amount", {"agent": 1})
+        book = ledger(billing.url)
+        assert book["charges"] == {}
+        assert charge(billing.url, "cut", {"amount_usd": 0.5})["amount_usd"] == 0.5

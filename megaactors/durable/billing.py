@@ -67,9 +67,14 @@ class BillingService:
 
             def do_POST(self) -> None:
                 try:
-                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                    length = int(self.headers.get("Content-Length", 0))
+                    raw = self.rfile.read(length)
+                    if len(raw) != length:  # the client went away mid-request: nothing happened
+                        self.close_connection = True
+                        return
+                    body = json.loads(raw or b"{}")
                     key = self.headers.get("Idempotency-Key") or body["key"]
-                except (ValueError, KeyError):
+                except (ValueError, KeyError, TypeError):
                     self._reply(400, {"error": "a JSON body with a key is required"})
                     return
                 if self.path == "/charges":
@@ -104,6 +109,9 @@ class BillingService:
         self.stop()
 
     def _charge(self, key: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        amount = body.get("amount_usd")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
+            return 400, {"error": f"a charge needs a non-negative amount_usd, got {amount!r}"}
         with self._lock:
             self.requests[key] = self.requests.get(key, 0) + 1
             if self.fail_next > 0:
@@ -114,7 +122,7 @@ class BillingService:
                 existing = self.charges[key] = {
                     "charge_id": f"ch_{len(self.charges) + 1}",
                     "key": key,
-                    "amount_usd": float(body.get("amount_usd", 0.0)),
+                    "amount_usd": float(amount),
                 }
                 created = True
             else:
