@@ -14,6 +14,7 @@ wait in FIFO order) and ``serial`` lets only one agent be Processing at a time
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -31,7 +32,8 @@ from megaactors.behaviour import (
     ToolResult,
 )
 from megaactors.ledger import Ledger
-from megaactors.llm import LLMReply, SimulatedLLM
+from megaactors.llm import SimulatedLLM
+from megaactors.messages import Batch
 from megaactors.organisation import Organisation
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.postman import Postman
@@ -115,8 +117,7 @@ class SimRuntime:
             wall0 = time.perf_counter()
             if not self.started:
                 self.start()
-            while self.step():
-                pass
+            self.advance(math.inf)
             self._wall += time.perf_counter() - wall0
         return self.result()
 
@@ -145,10 +146,17 @@ class SimRuntime:
     def advance(self, until: float) -> int:
         """Run every event due before virtual time ``until`` (with the cascades they
         cause, and events they schedule before ``until``); return how many ran."""
-        heap, step = self._heap, self.step
+        # step(), inlined: this is the main loop of a run
+        heap, agents, complete, ready, wake = self._heap, self.agents, self._complete, self._ready, self._wake
+        pop = heapq.heappop
         ran = 0
         while heap and heap[0][0] < until:
-            step()
+            t, _, aid = pop(heap)
+            self.now = t
+            complete(agents[aid])
+            while ready:
+                wake(agents[ready.popleft()])
+            self.steps += 1
             ran += 1
         return ran
 
@@ -214,28 +222,41 @@ class SimRuntime:
 
     # ------------------------------------------------------------------ the state machine
 
-    def _process(self, a: Agent) -> None:
-        """Enter Processing: run the start effects or take the whole in-queue."""
-        a.transition(PROCESSING, self.now, self.trace)
+    def _process(self, a: Agent, ctx: AgentContext | None = None) -> None:
+        """Enter Processing: run the start effects or take the whole in-queue.
+
+        ``ctx`` is the context of the callback this agent ran a moment ago at this
+        same instant; when it names no recruits it is handed on unchanged, as a fresh
+        one would be equal to it (this saves one object per activation)."""
+        now, trace = self.now, self.trace
+        if trace is None and a.state is not PROCESSING:  # Agent.transition, inlined (see _respond)
+            a.state = PROCESSING
+        else:
+            a.transition(PROCESSING, now, trace)
         if a.pending is _START:
             a.pending = None
             self._apply(a, self._start_effects.pop(a.id))
             return
-        batch = a.take_batch()
+        # Agent.take_batch, inlined: the in-queue list itself lives as long as the agent
+        inbox = a.inbox
+        batch = Batch(a.id, inbox.copy())
+        inbox.clear()
         a.batch_tokens = -(-self.postman.take(batch) // self._bytes_per_token)
-        if self.trace is not None:
-            self.trace.batch(a.id, self.now, len(batch))
+        if trace is not None:
+            trace.batch(a.id, now, len(batch))
+        if ctx is None or ctx.recruited or self._recruited:
+            ctx = self._ctx(a)
         try:
-            eff = self.behaviour.on_batch(self._ctx(a), a.data, batch)
+            eff = self.behaviour.on_batch(ctx, a.data, batch)
         except Exception as exc:
             first = batch[0] if batch else None
             raise BehaviourError(
                 f"agent {a.id}: behaviour {self.behaviour.name!r} failed on a batch of {len(batch)} "
                 f"message(s) (first: {first!r}): {exc!r}"
             ) from exc
-        self._apply(a, eff)
+        self._apply(a, eff, ctx)
 
-    def _apply(self, a: Agent, eff: Effects) -> None:
+    def _apply(self, a: Agent, eff: Effects, ctx: AgentContext | None = None) -> None:
         if eff.state is not UNCHANGED:
             a.data = eff.state
         if eff.sends:
@@ -247,7 +268,7 @@ class SimRuntime:
         elif eff.tool is not None:
             self._call_tool(a, eff.tool)
         else:
-            self._respond(a)
+            self._respond(a, ctx)
 
     def _recruit(self, a: Agent, count: int) -> None:
         init = self.behaviour.init
@@ -291,8 +312,21 @@ class SimRuntime:
         if self._llm_waiting:
             nxt = self._llm_waiting.popleft()
             self._call_llm(nxt, nxt.pending)
-        a.remember_call(new_tokens, reply.tokens_out, self._window)
-        self._on_reply(a, reply)
+        # Agent.remember_call, inlined: this runs once per LLM call
+        memory = a.memory
+        if new_tokens:
+            memory.append(new_tokens)
+        memory.append(reply.tokens_out)
+        if len(memory) > self._window:
+            del memory[: len(memory) - self._window]
+        ctx = AgentContext(a.id, self.org, self.now, self._recruited.pop(a.id, ()) if self._recruited else ())
+        try:
+            eff = self.behaviour.on_reply(ctx, a.data, reply)
+        except Exception as exc:
+            raise BehaviourError(
+                f"agent {a.id}: behaviour {self.behaviour.name!r} failed on LLM reply {reply.call_index}: {exc!r}"
+            ) from exc
+        self._apply(a, eff, ctx)
 
     def _call_tool(self, a: Agent, call: ToolCall) -> None:
         if call.duration_s < 0:
@@ -340,22 +374,21 @@ class SimRuntime:
         tool = self.tools.get(call.name)
         return tool(call.args) if tool is not None else None
 
-    def _on_reply(self, a: Agent, reply: LLMReply) -> None:
-        try:
-            eff = self.behaviour.on_reply(self._ctx(a), a.data, reply)
-        except Exception as exc:
-            raise BehaviourError(
-                f"agent {a.id}: behaviour {self.behaviour.name!r} failed on LLM reply {reply.call_index}: {exc!r}"
-            ) from exc
-        self._apply(a, eff)
-
-    def _respond(self, a: Agent) -> None:
+    def _respond(self, a: Agent, ctx: AgentContext | None = None) -> None:
         now, trace = self.now, self.trace
-        a.transition(RESPONSE, now, trace)
+        # Agent.transition, inlined when there is no trace to write and the move is
+        # the legal one; any other case goes through the checked method
+        if trace is None and a.state is PROCESSING:
+            a.state = RESPONSE
+        else:
+            a.transition(RESPONSE, now, trace)
         if a.outbox:
             self._deliver(a)
         if not a.inbox:
-            a.transition(IDLE, now, trace)
+            if trace is None:
+                a.state = IDLE  # from RESPONSE, set just above: legal
+            else:
+                a.transition(IDLE, now, trace)
             self._awake[a.id] = 0
             if self.serial:
                 self._release(a)
@@ -365,7 +398,7 @@ class SimRuntime:
             self._serial_waiting.append(a)
             self._release(a)
             return
-        self._process(a)
+        self._process(a, ctx)
 
     def _release(self, a: Agent) -> None:
         if self._holder is a:
