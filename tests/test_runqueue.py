@@ -99,8 +99,11 @@ def test_a_paused_worker_is_fenced_out(tmp_path: Path) -> None:
     paused.send_signal(signal.SIGSTOP)
     time.sleep(0.8)  # its lease expires on the database clock meanwhile
     rescuer = worker(db, "--lease", "5", "--exit-when-idle")
-    _, log = rescuer.communicate(timeout=180)
+    # wake the paused worker while the rescuer runs: had it been frozen inside an SQLite
+    # write transaction, nobody could write until it moves on (SQLite has one writer)
+    time.sleep(2.0)
     paused.send_signal(signal.SIGCONT)
+    _, log = rescuer.communicate(timeout=180)
     _, paused_log = paused.communicate(timeout=60)
     assert rescuer.returncode == 0 and paused.returncode == 0, log + paused_log
     assert "lease lost" in paused_log, paused_log
