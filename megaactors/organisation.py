@@ -17,7 +17,7 @@ Ordinary agents therefore cannot reach anyone outside their group.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable
 from typing import Any
 
 import networkx as nx
@@ -281,13 +281,6 @@ class Organisation:
         if reason is not None:
             raise RouteError(f"disallowed route on channel {channel!r}: {reason}")
 
-    def channel_between(self, a: int, b: int) -> str | None:
-        """The channel on which ``a`` can reach ``b`` (tree first, then admin, then intra)."""
-        for channel in (HIERARCHY, ADMIN, INTRA):
-            if self.route_error(a, b, channel) is None:
-                return channel
-        return None
-
     def depth(self) -> int:
         """Number of hierarchy levels below the top (0 for a flat organisation)."""
         return max(self.level, default=0)
@@ -516,10 +509,3 @@ def _without(members: list[int], a: int) -> list[int]:
     except ValueError:
         return list(members)
     return members[:i] + members[i + 1 :]
-
-
-def iter_routes(org: Organisation, channel: str) -> Iterable[tuple[int, int]]:
-    """Every ordered pair allowed on ``channel`` (for tests and small organisations)."""
-    for a in range(org.n):
-        for b in org.peers(a, channel):
-            yield a, b

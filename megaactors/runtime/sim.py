@@ -423,12 +423,3 @@ class SimRuntime:
                         awake[r] = 1
                         ready_append(r)
         a.outbox = []
-
-    # ------------------------------------------------------------------ inspection
-
-    def snapshot_counts(self) -> dict[str, Any]:
-        """How many agents are in each state right now (for tests and progress)."""
-        counts = {"IDLE": 0, "PROCESSING": 0, "RESPONSE": 0}
-        for a in self.agents:
-            counts[a.state.name] += 1
-        return counts
