@@ -140,19 +140,33 @@ class LLMReply:
     text: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class SimulatedLLM:
-    """A seeded stand-in for an LLM endpoint: latency, tokens and dollars."""
+    """A seeded stand-in for an LLM endpoint: latency, tokens and dollars.
+
+    Immutable: the model's parameters are read once, when it is made."""
 
     seed: int = 0
     model: str = DEFAULT_MODEL
     latency: LatencyModel = field(default_factory=LatencyModel)
     tokens: TokenModel = field(default_factory=TokenModel)
     prices: dict[str, Price] = field(default_factory=lambda: dict(PRICES))
+    _constants: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.model not in self.prices:
             raise ValueError(f"no price for model {self.model!r}; known: {sorted(self.prices)}")
+        tokens, latency, price = self.tokens, self.latency, self.prices[self.model]
+        constants = (
+            tokens.system_tokens,
+            tokens.output_tokens,
+            latency.median_s,
+            latency.sigma,
+            latency.per_output_token_s,
+            price.input_per_m,
+            price.output_per_m,
+        )
+        object.__setattr__(self, "_constants", constants)
 
     @property
     def price(self) -> Price:
@@ -163,13 +177,11 @@ class SimulatedLLM:
     ) -> LLMReply:
         """Cost and latency of call ``call_index`` of ``agent``, whose prompt holds
         ``memory_tokens`` of memory and ``new_tokens`` new tokens."""
-        tokens = self.tokens
-        tokens_in = tokens.system_tokens + memory_tokens + new_tokens
+        system, default_out, median, sigma, per_token, per_m_in, per_m_out = self._constants
+        tokens_in = system + memory_tokens + new_tokens
         tokens_out = request.output_tokens
         if tokens_out is None:
-            tokens_out = tokens.output_tokens
-        latency, price = self.latency, self.prices[self.model]
-        sigma = latency.sigma
+            tokens_out = default_out
         if sigma:
             # stream_normal(seed, agent, call_index), inlined: this runs once per call
             x = hash((self.seed, 0, agent, call_index)) & _MASK
@@ -179,14 +191,14 @@ class SimulatedLLM:
             z = _sqrt(-2.0 * _log(((x >> 32) + 0.5) / 4294967296.0)) * _cos(
                 _TWO_PI * ((x & 0xFFFFFFFF) + 0.5) / 4294967296.0
             )
-            base = latency.median_s * _exp(sigma * z)
+            base = median * _exp(sigma * z)
         else:
-            base = latency.median_s
+            base = median
         return LLMReply(
             tokens_in,
             tokens_out,
-            base + tokens_out * latency.per_output_token_s,
-            (tokens_in * price.input_per_m + tokens_out * price.output_per_m) / 1e6,
+            base + tokens_out * per_token,
+            (tokens_in * per_m_in + tokens_out * per_m_out) / 1e6,
             request.stage,
             call_index,
         )

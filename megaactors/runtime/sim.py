@@ -18,10 +18,12 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 from megaactors.agent import IDLE, PROCESSING, RESPONSE, Agent
 from megaactors.behaviour import (
+    NOTHING,
     UNCHANGED,
     AgentContext,
     Behaviour,
@@ -42,6 +44,8 @@ from megaactors.trace import Trace
 
 __all__ = ["SimRuntime"]
 
+_consume = deque(maxlen=0).extend  # runs an iterator to its end at C speed
+_append = list.append
 _START = object()  # marks an agent whose start effects wait for the serial token
 
 
@@ -83,7 +87,7 @@ class SimRuntime:
         self.serial = serial
         init = behaviour.init
         self.agents: list[Agent] = [Agent(a, init(a, org)) for a in range(org.n)]
-        self._appends = [a.inbox.append for a in self.agents]
+        self._inboxes = [a.inbox for a in self.agents]
         self._awake = bytearray(org.n)
         """1 while an agent is busy or queued to run: a delivery need not wake it."""
         self.ledger = Ledger(org.n)
@@ -277,7 +281,7 @@ class SimRuntime:
             rid = self.org.recruit(a.id)
             agent = Agent(rid, init(rid, self.org))
             self.agents.append(agent)
-            self._appends.append(agent.inbox.append)
+            self._inboxes.append(agent.inbox)
             self._awake.append(0)
             new.append(rid)
         self.ledger.grow(self.org.n)
@@ -326,7 +330,10 @@ class SimRuntime:
             raise BehaviourError(
                 f"agent {a.id}: behaviour {self.behaviour.name!r} failed on LLM reply {reply.call_index}: {exc!r}"
             ) from exc
-        self._apply(a, eff, ctx)
+        if eff is NOTHING:  # the usual end of a function-call loop: straight to Response
+            self._respond(a, ctx)
+        else:
+            self._apply(a, eff, ctx)
 
     def _call_tool(self, a: Agent, call: ToolCall) -> None:
         if call.duration_s < 0:
@@ -411,15 +418,19 @@ class SimRuntime:
     # ------------------------------------------------------------------ delivery (the hot loop)
 
     def _deliver(self, a: Agent) -> None:
-        """Flush the out-queue: a reference to each packet in each recipient's in-queue."""
+        """Flush the out-queue: a reference to each packet in each recipient's in-queue
+        (appended at C speed), then wake the recipients that were Idle, in order."""
         stamp, now, sender = self.postman.stamp, self.now, a.id
-        appends, awake = self._appends, self._awake
-        ready_append = self._ready.append
+        inboxes, awake = self._inboxes, self._awake
+        is_awake = awake.__getitem__
         for send in a.outbox:
             for packet in stamp(sender, send, now):
-                for r in packet.recipients:
-                    appends[r](packet)
-                    if not awake[r]:
-                        awake[r] = 1
-                        ready_append(r)
+                recipients = packet.recipients
+                _consume(map(_append, map(inboxes.__getitem__, recipients), repeat(packet)))
+                if not all(map(is_awake, recipients)):
+                    ready_append = self._ready.append
+                    for r in recipients:
+                        if not awake[r]:
+                            awake[r] = 1
+                            ready_append(r)
         a.outbox = []
