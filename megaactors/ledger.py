@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 
 __all__ = ["AGENT_COLUMNS", "Ledger"]
 
+_ADDITIVE = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd", "llm_time_s")
+_ADDITIVE += ("tool_calls", "tool_time_s", "lock_wait_s")
+"""Totals that add up over the parts of a run."""
+
 AGENT_COLUMNS = ("sent", "received", "bytes_sent", "bytes_received", "llm_calls", "tokens_in", "tokens_out", "batches")
 
 
@@ -74,6 +78,42 @@ class Ledger:
         stage[1] += tin
         stage[2] += tout
         stage[3] += cost
+
+    def part(self, lo: int, hi: int) -> dict[str, Any]:
+        """What this ledger holds about agents ``lo`` to ``hi - 1`` (per-agent columns)
+        and everything it counted in total, as plain data: one process's share of
+        a run split over several, for :meth:`add_part`."""
+        return {
+            "totals": {k: getattr(self, k) for k in _ADDITIVE},
+            "messages_by_channel": dict(self.messages_by_channel),
+            "bytes_by_channel": dict(self.bytes_by_channel),
+            "stages": {k: list(v) for k, v in self._stages.items()},
+            "per_agent": {c: col[lo:hi] for c, col in self.per_agent.items()},
+            "cost_per_agent": self.cost_per_agent[lo:hi],
+            "peak_queue_depth": self.peak_queue_depth,
+            "peak_llm_in_flight": self.peak_llm_in_flight,
+        }
+
+    def add_part(self, part: dict[str, Any], lo: int, hi: int) -> None:
+        """Add a :meth:`part` of another ledger: totals add up, per-agent columns of
+        agents ``lo`` to ``hi - 1`` are taken as they are, the queue peak is the
+        larger one, and peaks of calls in flight add up (an upper bound: the parts'
+        peaks need not coincide)."""
+        for k, v in part["totals"].items():
+            setattr(self, k, getattr(self, k) + v)
+        for ch, v in part["messages_by_channel"].items():
+            self.messages_by_channel[ch] += v
+        for ch, v in part["bytes_by_channel"].items():
+            self.bytes_by_channel[ch] += v
+        for stage, values in part["stages"].items():
+            mine = self._stages.setdefault(stage, [0, 0, 0, 0.0])
+            for i, v in enumerate(values):
+                mine[i] += v
+        for c, col in part["per_agent"].items():
+            self.per_agent[c][lo:hi] = col
+        self.cost_per_agent[lo:hi] = part["cost_per_agent"]
+        self.peak_queue_depth = max(self.peak_queue_depth, part["peak_queue_depth"])
+        self.peak_llm_in_flight += part["peak_llm_in_flight"]
 
     @property
     def by_stage(self) -> dict[str, dict[str, float]]:

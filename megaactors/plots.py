@@ -453,7 +453,7 @@ def timeline_figure(result: RunResult, max_agents: int = 60) -> Figure:
 
 
 def sample_queues(runtime: SimRuntime) -> pd.DataFrame:
-    """Run a (fresh) simulation super-step by super-step, recording after each how many
+    """Run a (fresh) simulation event by event, recording after each how many
     messages wait in in-queues (total and the longest queue) and how many agents are
     Processing. Each sample costs O(N): meant for small runs."""
     import pandas as pd

@@ -110,7 +110,7 @@ class SimRuntime:
         self._lock_waiting: dict[str, deque[Agent]] = {}
         self.started = False
         self.steps = 0
-        """Super-steps completed: 0 after the start cascade, then one per event."""
+        """Events run so far (0 right after the start cascade)."""
         self._wall = 0.0
 
     # ------------------------------------------------------------------ driving
@@ -126,7 +126,7 @@ class SimRuntime:
         return self.result()
 
     def start(self) -> None:
-        """Call every agent's ``on_start`` and run the cascade at time 0 (super-step 0)."""
+        """Call every agent's ``on_start`` and run the cascade at time 0."""
         if self.started:
             raise RuntimeError("this run has already started")
         self.started = True
@@ -134,10 +134,11 @@ class SimRuntime:
         self._drain()
 
     def step(self) -> bool:
-        """Run one super-step: the next event (an LLM reply or a finished tool call)
-        and the instantaneous cascade it causes (deliveries, wake-ups, new batches).
-        Between super-steps nothing is in motion but calls in flight. Returns False
-        when there was nothing left to run."""
+        """Run one event: the next LLM reply or finished tool call and the
+        instantaneous cascade it causes (deliveries, wake-ups, new batches). Between
+        two events nothing is in motion but calls in flight. Returns False when there
+        was nothing left to run. (A durable run's super-step is a window of virtual
+        time holding any number of events: see :mod:`megaactors.durable.checkpointing`.)"""
         if not self._heap:
             return False
         t, _, aid = heapq.heappop(self._heap)

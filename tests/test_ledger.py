@@ -1,0 +1,43 @@
+"""Ledger parts: a run's ledger split by agent ranges and added back together."""
+
+from __future__ import annotations
+
+from array import array
+
+from megaactors import ChatRound, Organisation, SimRuntime
+from megaactors.ledger import Ledger
+
+
+def test_parts_added_back_give_the_whole_ledger() -> None:
+    org = Organisation.two_tier(300, 12)
+    whole = SimRuntime(org, ChatRound(rounds=2), seed=3, trace=False).run().ledger
+    cut = 137
+    merged = Ledger(org.n)
+    for lo, hi in ((0, cut), (cut, org.n)):
+        part = whole.part(lo, hi)
+        assert len(part["per_agent"]["sent"]) == hi - lo
+        merged.add_part(part, lo, hi)
+    # each part carried the whole run's totals, so they count twice; columns once
+    assert merged.messages == 2 * whole.messages
+    assert merged.by_stage["chat"]["llm_calls"] == 2 * whole.llm_calls
+    assert merged.peak_queue_depth == whole.peak_queue_depth
+    assert merged.peak_llm_in_flight == 2 * whole.peak_llm_in_flight
+    for c, col in whole.per_agent.items():
+        assert merged.per_agent[c] == col, c
+    assert merged.cost_per_agent == whole.cost_per_agent
+
+
+def test_parts_of_disjoint_counts_add_up_exactly() -> None:
+    a, b = Ledger(4), Ledger(4)
+    a.messages, a.bytes, a.cost_usd = 5, 50, 0.25
+    b.messages, b.bytes, b.cost_usd = 7, 70, 0.5
+    a.messages_by_channel["intra"] = 5
+    b.messages_by_channel["admin"] = 7
+    a.per_agent["sent"][0:2] = array("q", [2, 3])
+    b.per_agent["sent"][2:4] = array("q", [4, 3])
+    total = Ledger(4)
+    total.add_part(a.part(0, 2), 0, 2)
+    total.add_part(b.part(2, 4), 2, 4)
+    assert (total.messages, total.bytes, total.cost_usd) == (12, 120, 0.75)
+    assert total.messages_by_channel["intra"] == 5 and total.messages_by_channel["admin"] == 7
+    assert list(total.per_agent["sent"]) == [2, 3, 4, 3]
