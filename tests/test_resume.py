@@ -29,6 +29,7 @@ from megaactors import Effects, LLMRequest, Organisation, RunSpec, Send, SimRunt
 from megaactors.durable import DurableOptions, open_store, run_durable
 from megaactors.durable.checkpointing import Progress
 from megaactors.durable.state import DurableSim, StateError
+from megaactors.llm import SimulatedLLM
 from megaactors.messages import HIERARCHY
 
 
@@ -156,6 +157,16 @@ def test_restore_refuses_what_does_not_fit() -> None:
         DurableSim(Organisation.star(5), Busy(1)).delta()
 
 
+def test_a_durable_run_needs_the_seeded_llm_it_recomputes_replies_with() -> None:
+    from types import SimpleNamespace
+
+    from megaactors.llm import TokenModel
+
+    stand_in = SimpleNamespace(tokens=TokenModel(), complete=SimulatedLLM().complete)
+    with pytest.raises(StateError, match="seeded simulated LLM, not SimpleNamespace"):
+        DurableSim(Organisation.star(5), Busy(1), stand_in)
+
+
 def test_delta_size_follows_activity_not_history(tmp_path: Path) -> None:
     """Forty identical rounds with the trace on: the history (trace) grows forty-fold,
     deltas stay flat; a quiet tail writes tiny deltas."""
@@ -226,7 +237,9 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_results(tmp_path:
         run_id = f"t{trial}"
         victim = _cli("run", *SPEC, "--checkpoint", db, "--run-id", run_id, "--step-seconds", "0.25",
                       "--lease", "0.4", "--json")  # fmt: skip
-        time.sleep(rng.uniform(0.05, duration))
+        # mostly in the second half of a run's life (the first is largely start-up),
+        # sometimes anywhere, as early as before the run exists
+        time.sleep(rng.uniform(0.05, duration) if trial % 4 == 3 else rng.uniform(0.5 * duration, duration))
         victim.send_signal(signal.SIGKILL)
         victim.communicate()
         kills = 1

@@ -112,6 +112,8 @@ class Progress:
     checkpoints: int = 0
     full_snapshots: int = 0
     checkpoint_bytes: int = 0
+    capture_s: float = 0.0
+    """Seconds the simulation's thread spent describing and packing states."""
     outbox_performed: int = 0
     outbox_replayed: int = 0
 
@@ -149,6 +151,7 @@ class _Writer:
 
     def write(self, rt: DurableSim, step: int) -> None:
         self._raise()
+        t0 = time.perf_counter()
         if self.base is None:
             kind, state = "start", rt.genesis()
         else:
@@ -156,13 +159,14 @@ class _Writer:
             state = rt.full() if kind == "full" else rt.delta()
         full = kind != "delta"
         packed = pack_state(state)
+        self.progress.capture_s += time.perf_counter() - t0
         led = rt.ledger
         meta = {
             "step": step,
             "events": rt.steps,
             "virtual_time_s": rt.now,
-            "agents_changed": len(state["agents"]["base"]) if "agents" in state else len(rt.agents),
-            "packets": len(state.get("packets", ())),
+            "agents_changed": len(state["agents"]["ids"]) // 8 if "agents" in state else len(rt.agents),
+            "packets": len(state["packets"]["first_id"]) // 8 if "packets" in state else 0,
             "packed_bytes": len(packed),
             "messages": led.messages,
             "bytes": led.bytes,

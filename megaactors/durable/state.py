@@ -17,6 +17,15 @@ message-id order and an agent always takes its whole in-queue, so an in-queue is
 "every stored packet addressed to the agent from its first queued packet on": a
 snapshot keeps the live packets once and one integer (the head) per agent.
 
+Agent records, packets and ledger rows are stored by column: numbers as packed
+arrays (one bytes value per column), everything else (behaviour states, payloads)
+as one list per column, so that capturing them is a few passes of ``map`` over the
+agents that changed and packing them is mostly copying bytes. What the run's
+seeded model or the rest of the record determines is not stored: an LLM reply in
+flight (recomputed from the call it answers), an agent's call count (the ledger's)
+and, when the agent's only event since the last description was the end of the
+call then in flight, its memory (that memory plus the call).
+
 Everything is msgpack-ready: ints, floats, strings, bytes, lists and dicts. A
 behaviour's state must be msgpack-serializable (tuples come back as lists).
 """
@@ -26,15 +35,16 @@ from __future__ import annotations
 import heapq
 from array import array
 from collections import deque
-from collections.abc import Callable, Iterable
-from operator import attrgetter, itemgetter
+from collections.abc import Callable, Iterable, Sequence
+from itertools import accumulate, chain, compress, repeat
+from operator import attrgetter, is_, itemgetter
 from typing import Any
 
 import numpy as np
 
-from megaactors.agent import Agent, AgentState
+from megaactors.agent import AgentState
 from megaactors.behaviour import UNCHANGED, Effects, LLMRequest, Send, ToolCall
-from megaactors.llm import LLMReply
+from megaactors.llm import LLMReply, SimulatedLLM
 from megaactors.messages import CHANNELS, Packet
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.sim import _START, SimRuntime, _ToolInFlight
@@ -46,10 +56,17 @@ LLMCallHook = Callable[[int, int, LLMReply], None]
 ToolGate = Callable[[int, int, ToolCall, Callable[[], Any]], Any]
 """Runs a tool function: ``(agent, invocation_index, call, run) -> value``."""
 
-_ROW = attrgetter("id", "state", "data", "memory", "calls", "batch_tokens", "pending", "outbox", "inbox")
-_BASE = itemgetter(0, 1, 2, 3, 4, 5)
+_AGENT = tuple(map(attrgetter, ("state", "data", "batch_tokens", "pending", "outbox", "inbox")))
+_PACKET = attrgetter("first_id", "sender", "channel", "kind", "payload", "parent", "sent_at", "overhead")
+_RECIPIENTS = attrgetter("recipients")
+_MEMORY = attrgetter("memory")
+_INBOX = attrgetter("inbox")
+_FIRST_ID = attrgetter("first_id")
 _FIRST = itemgetter(0)
-_REPLY = attrgetter("tokens_in", "tokens_out", "latency_s", "cost_usd", "stage", "call_index", "text")
+_SECOND = itemgetter(1)
+_THIRD = itemgetter(2)
+_TOKENS_OUT = attrgetter("tokens_out")
+_STAGE = attrgetter("stage")
 _SCALARS = (
     "messages",
     "bytes",
@@ -80,8 +97,13 @@ class _RecordingPostman(Postman):
 
     def stamp(self, sender: int, send: Send, now: float) -> list[Packet]:
         packets = super().stamp(sender, send, now)
-        self.new_packets.extend(packets)
+        self.new_packets += packets
         return packets
+
+    def collect(self) -> dict[str, Any]:
+        """The packets stamped since the last collection, encoded."""
+        packets, self.new_packets = self.new_packets, []
+        return _encode_packets(packets)
 
 
 # ---------------------------------------------------------------------- value codecs
@@ -122,14 +144,59 @@ def _decode_effects(v: list[Any]) -> Effects:
     )
 
 
-def _encode_packet(p: Packet) -> list[Any]:
-    recipients = array("q", p.recipients).tobytes()
-    return [p.first_id, p.sender, p.channel, p.kind, p.payload, p.parent, p.sent_at, recipients, p.overhead]
+def _uniform(column: Sequence[Any]) -> list[Any]:
+    """``column`` as a list, or as its one value when all its values are equal."""
+    return list(values) if len(values := set(column)) == 1 else list(column)
 
 
-def _decode_packet(v: list[Any]) -> Packet:
-    first_id, sender, channel, kind, payload, parent, sent_at, recipients, overhead = v
-    return Packet(sender, channel, kind, payload, parent, sent_at, first_id, array("q", recipients).tolist(), overhead)
+def _spread(values: list[Any], n: int) -> Iterable[Any]:
+    """The ``n`` values of a :func:`_uniform` column."""
+    return repeat(values[0], n) if len(values) == 1 else values
+
+
+def _encode_packets(packets: list[Packet]) -> dict[str, Any]:
+    """Packets by column: numbers in packed arrays (the recipients of all of them in
+    one, with a count per packet), the rest in lists (channels, kinds and parents
+    by :func:`_uniform`)."""
+    columns = list(zip(*map(_PACKET, packets), strict=True)) or [()] * 8
+    first_id, sender, channel, kind, payload, parent, sent_at, overhead = columns
+    lists = list(map(_RECIPIENTS, packets))
+    count = array("q", map(len, lists))
+    recipients = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=sum(count))
+    return {
+        "first_id": array("q", first_id).tobytes(),
+        "sender": array("q", sender).tobytes(),
+        "channel": _uniform(channel),
+        "kind": _uniform(kind),
+        "payload": payload,
+        "parent": _uniform(parent),
+        "sent_at": array("d", sent_at).tobytes(),
+        "overhead": array("q", overhead).tobytes(),
+        "count": count.tobytes(),
+        "recipients": recipients.tobytes(),
+    }
+
+
+def _decode_packets(v: dict[str, Any]) -> list[Packet]:
+    recipients = array("q", v["recipients"]).tolist()
+    counts = array("q", v["count"])
+    ends = list(accumulate(counts))
+    return [
+        Packet(sender, channel, kind, payload, parent, sent_at, first_id, recipients[end - count : end], overhead)
+        for first_id, sender, channel, kind, payload, parent, sent_at, overhead, count, end in zip(
+            array("q", v["first_id"]),
+            array("q", v["sender"]),
+            _spread(v["channel"], len(counts)),
+            _spread(v["kind"], len(counts)),
+            v["payload"],
+            _spread(v["parent"], len(counts)),
+            array("d", v["sent_at"]),
+            array("q", v["overhead"]),
+            counts,
+            ends,
+            strict=True,
+        )
+    ]
 
 
 def _diff(current: np.ndarray, shadow: np.ndarray) -> tuple[bytes, bytes] | None:
@@ -148,10 +215,24 @@ def _dtype(column: array[Any] | bytearray) -> type:
     return np.float64 if column.typecode == "d" else np.int64
 
 
-def _apply_diff(column: array[Any] | bytearray, diff: tuple[bytes, bytes]) -> None:
-    """Write the changed cells of a :func:`_diff` into ``column``, in place."""
+def _changed(column: array[Any], shadow: np.ndarray) -> np.ndarray:
+    """Which cells of ``column`` differ from ``shadow`` (cells beyond it count as changed)."""
+    current = np.frombuffer(column, dtype=_dtype(column))
+    changed = np.ones(len(current), dtype=bool)
+    k = min(len(shadow), len(current))
+    np.not_equal(current[:k], shadow[:k], out=changed[:k])
+    return changed
+
+
+def _cells(column: array[Any], at: np.ndarray) -> bytes:
+    """The cells of ``column`` at the indices ``at``, packed."""
+    return np.frombuffer(column, dtype=_dtype(column))[at].tobytes()
+
+
+def _set_cells(column: array[Any] | bytearray, at: bytes, values: bytes) -> None:
+    """Write packed ``values`` into ``column`` at the packed int64 indices ``at``, in place."""
     target = np.frombuffer(column, dtype=_dtype(column))
-    target[np.frombuffer(diff[0], dtype=np.int64)] = np.frombuffer(diff[1], dtype=target.dtype)
+    target[np.frombuffer(at, dtype=np.int64)] = np.frombuffer(values, dtype=target.dtype)
     del target  # release the buffer: the column may grow later
 
 
@@ -171,6 +252,8 @@ class DurableSim(SimRuntime):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        if not isinstance(self.llm, SimulatedLLM):
+            raise StateError(f"a durable run needs the seeded simulated LLM, not {type(self.llm).__name__}")
         self.postman = _RecordingPostman(self.org, self.ledger)
         self.on_llm_call = on_llm_call
         self.tool_gate = tool_gate
@@ -181,6 +264,11 @@ class DurableSim(SimRuntime):
         if on_llm_call is not None:
             self._call_llm = self._paid_call_llm  # type: ignore[method-assign]
         self._active: set[int] = set()
+        """Agents noted as changed by the rare paths (tools, recruits)."""
+        self._ran: list[int] = []
+        """The agent of every event run since the last description, in order."""
+        self._llm_at_mark = np.zeros(0, dtype=bool)
+        """Which agents had an LLM call in flight at the last description."""
         self._shadow_started: set[int] = set()
         self._marked = False
         self._shadow_heads = array("q")
@@ -194,26 +282,29 @@ class DurableSim(SimRuntime):
     # An agent's record changes only when one of its events completes, when it
     # takes a batch or makes an LLM call or sends (its ledger row changes), when it
     # starts a tool, is recruited, or runs its start effects. The first is noted
-    # here as events run; ledger rows are compared when a delta is written; the
-    # rest are rare and noted by the overrides below.
+    # here as events run (how many per agent tells how its memory changed); ledger
+    # rows are compared when a delta is written; the rest are rare and noted by
+    # the overrides below.
 
     def advance(self, until: float) -> int:
-        heap, agents, complete, drain = self._heap, self.agents, self._complete, self._drain
-        note = self._active.add
+        # SimRuntime.advance, noting the agent of every event
+        heap, agents, complete, ready, wake = self._heap, self.agents, self._complete, self._ready, self._wake
+        pop, note = heapq.heappop, self._ran.append
         ran = 0
         while heap and heap[0][0] < until:
-            t, _, aid = heapq.heappop(heap)
+            t, _, aid = pop(heap)
             self.now = t
             note(aid)
             complete(agents[aid])
-            drain()
+            while ready:
+                wake(agents[ready.popleft()])
             self.steps += 1
             ran += 1
         return ran
 
     def step(self) -> bool:
         if self._heap:
-            self._active.add(self._heap[0][2])
+            self._ran.append(self._heap[0][2])
         return super().step()
 
     def _paid_call_llm(self, a: Any, request: LLMRequest) -> None:
@@ -245,10 +336,14 @@ class DurableSim(SimRuntime):
 
     def _flights(self) -> dict[int, tuple[float, int]]:
         """(time, sequence) of the event each agent with a call in flight waits for."""
-        if not self._heap:
-            return {}
-        times, seqs, aids = zip(*self._heap, strict=True)
-        return dict(zip(aids, zip(times, seqs, strict=True), strict=True))
+        return {e[2]: (e[0], e[1]) for e in self._heap}
+
+    def _event_positions(self) -> np.ndarray:
+        """For each agent, where in the event heap the event it waits for is (-1: none)."""
+        heap, n = self._heap, len(self._heap)
+        where = np.full(len(self.agents), -1, dtype=np.int64)
+        where[np.fromiter(map(_THIRD, heap), dtype=np.int64, count=n)] = np.arange(n)
+        return where
 
     # ------------------------------------------------------------------ writing out
 
@@ -263,9 +358,9 @@ class DurableSim(SimRuntime):
         out.update(
             kind="full",
             n=len(agents),
-            agents=self._agent_rows(agents),
+            agents=self._agent_rows(list(range(len(agents))), None),
             awake=bytes(self._awake),
-            packets=[_encode_packet(p) for _, p in sorted(live.items())],
+            packets=_encode_packets([p for _, p in sorted(live.items())]),
             ledger_columns={c: col.tobytes() for c, col in self._ledger_columns().items()},
             trace=self._trace_rows((0, 0)),
             recruits=list(self.recruits),
@@ -279,41 +374,42 @@ class DurableSim(SimRuntime):
         if not self._marked:
             raise StateError("a delta needs a full snapshot first")
         agents = self.agents
-        active = self._active
-        ledger_columns = {}
-        for c, col in self._ledger_columns().items():
-            d = _diff(np.array(col, dtype=_dtype(col)), self._shadow_ledger[c])
-            if d is not None:
-                ledger_columns[c] = d
-                active.update(np.frombuffer(d[0], dtype=np.int64).tolist())
+        columns = self._ledger_columns()
+        # the agents whose record changed: those noted while events ran, and those
+        # whose ledger row changed (every per-agent column counts the agent's own acts)
+        changed = np.zeros(len(agents), dtype=bool)
+        for c, col in columns.items():
+            changed |= _changed(col, self._shadow_ledger[c])
         started = self._shadow_started - self._start_effects.keys() if self._shadow_started else set()
-        active |= started
-        new_packets = self.postman.new_packets
-        awake = np.frombuffer(bytes(self._awake), dtype=np.uint8)
+        noted = self._active | started
+        if noted:
+            changed[np.fromiter(noted, dtype=np.int64, count=len(noted))] = True
+        ran = np.bincount(np.array(self._ran, dtype=np.int64), minlength=len(agents))
+        changed |= ran > 0
+        at = np.flatnonzero(changed)
+        rows = self._agent_rows(at.tolist(), self._memory_kinds(at, ran[at]))
+        llm_at_mark = np.zeros(len(agents), dtype=bool)
+        llm_at_mark[: len(self._llm_at_mark)] = self._llm_at_mark
+        llm_at_mark[at] = False
+        llm_at_mark[at[np.frombuffer(rows["llm"][0], dtype=np.int64)]] = True
+        packets = self.postman.collect()
+        # a head moves when an agent takes its queue (it changed) or when a queue that
+        # was empty fills up while its agent is busy (awake): only those are looked at
         shadow = self._shadow_heads
         if len(shadow) < len(agents):
             shadow.extend([-1] * (len(agents) - len(shadow)))
-        # a head moves when an agent takes its queue (it is active) or when a queue that
-        # was empty fills up while its agent is busy (awake): only those are looked at
-        packets = [_encode_packet(p) for p in new_packets]
-        received = np.zeros(len(agents), dtype=bool)
-        if packets:
-            received[np.frombuffer(b"".join(p[7] for p in packets), dtype=np.int64)] = True
-        rows = self._agent_rows([agents[i] for i in sorted(active)])
+        awake = np.frombuffer(bytes(self._awake), dtype=np.uint8)
         heads = np.frombuffer(shadow, dtype=np.int64)
-        filled = (heads == -1) & (awake == 1) & received
-        if active:
-            ids = np.frombuffer(rows["ids"], dtype=np.int64)
-            heads[ids] = np.frombuffer(rows["heads"], dtype=np.int64)
-            filled[ids] = False
+        heads[at] = np.frombuffer(rows["heads"], dtype=np.int64)
+        filled = np.zeros(len(agents), dtype=bool)
+        filled[np.frombuffer(packets["recipients"], dtype=np.int64)] = True
+        filled &= (heads == -1) & (awake == 1) & ~changed
         del heads
-        head_ids, head_values = [], []
-        for aid in np.flatnonzero(filled).tolist():
-            inbox = agents[aid].inbox
-            if inbox:
-                head_ids.append(aid)
-                head_values.append(inbox[0].first_id)
-                shadow[aid] = inbox[0].first_id
+        head_ids = np.flatnonzero(filled).tolist()
+        inboxes = list(map(_INBOX, map(agents.__getitem__, head_ids)))
+        head_ids = list(compress(head_ids, inboxes))
+        head_values = list(map(_FIRST_ID, map(_FIRST, compress(inboxes, inboxes))))
+        np.frombuffer(shadow, dtype=np.int64)[head_ids] = head_values
         out = self._common()
         out.update(
             kind="delta",
@@ -322,28 +418,33 @@ class DurableSim(SimRuntime):
             heads=[head_ids, head_values],
             awake=_diff(awake, np.frombuffer(self._shadow_awake, dtype=np.uint8)),
             packets=packets,
-            ledger_columns=ledger_columns,
+            ledger_rows={c: _cells(col, at) for c, col in columns.items()},
             trace=self._trace_rows(self._shadow_trace),
             recruits=self.recruits[self._shadow_recruits :],
             started=sorted(started),
         )
         self._shadow_awake = awake.tobytes()
+        self._llm_at_mark = llm_at_mark
         self._reset_tracking()
         return out
 
     def mark_clean(self) -> None:
         """Take the current state as the base of the next delta."""
-        self._shadow_heads = self._heads_of(self.agents)
+        agents = self.agents
+        self._shadow_heads = self._heads_of(agents)
         self._shadow_awake = bytes(self._awake)
+        self._llm_at_mark = np.fromiter((type(a.pending) is tuple for a in agents), dtype=bool, count=len(agents))
         self._reset_tracking()
         self._marked = True
 
     def _reset_tracking(self) -> None:
-        self._shadow_ledger = {c: np.array(col, dtype=_dtype(col)) for c, col in self._ledger_columns().items()}
+        columns = self._ledger_columns().items()
+        self._shadow_ledger = {c: np.frombuffer(col, dtype=_dtype(col)).copy() for c, col in columns}
         t = self.trace
         self._shadow_trace = (len(t.t_agent), len(t.b_agent)) if t is not None else (0, 0)
         self._shadow_recruits = len(self.recruits)
         self._active = set()
+        self._ran = []
         self._shadow_started = set(self._start_effects)
         self.postman.new_packets = []
 
@@ -370,43 +471,78 @@ class DurableSim(SimRuntime):
             t.b_size[b0:].tobytes(),
         ]
 
-    def _agent_rows(self, agents: list[Any]) -> dict[str, Any]:
-        """Agent records in one pass: ids and in-queue heads (int64 bytes), the base
-        fields, pending work, and out-queues (sparse, by position).
+    def _memory_kinds(self, at: np.ndarray, ran: np.ndarray) -> np.ndarray:
+        """How the memory of each agent ``at`` (which ran ``ran`` events since the last
+        description) is stored: 0 unchanged (no event ran), 1 that memory plus the
+        LLM call then in flight (one event ran: the end of that call), 2 in full."""
+        before = np.zeros(len(at), dtype=bool)
+        known = at < len(self._llm_at_mark)
+        before[known] = self._llm_at_mark[at[known]]
+        return np.where(ran == 0, 0, np.where((ran == 1) & before, 1, 2)).astype(np.uint8)
 
-        Pending work is ``None``, an LLM reply in flight ``[new_tokens, reply
-        fields, [time, sequence]]`` or, in ``other`` by position, a tool call ``[3,
-        call, requested, started(, time, sequence)]``, an LLM request queued behind
-        the cap ``[1, request]`` or the start effects ``0``."""
-        flight = self._flights()
-        recs = list(map(_ROW, agents))
-        pending: list[Any] = []
-        append = pending.append
+    def _agent_rows(self, ids: list[int], memory_kinds: np.ndarray | None) -> dict[str, Any]:
+        """The records of agents ``ids`` by column: ids, in-queue heads, states and
+        batch tokens as packed arrays; behaviour states as a list; memories as
+        ``[kinds, memories stored in full]`` (see :meth:`_memory_kinds`; kinds
+        ``None``: all in full); LLM calls in flight as ``[positions, new tokens,
+        output tokens, stages (just one when all are equal), times, sequences]``;
+        other pending work and out-queues (both rare) by position.
+
+        Calls are not stored: the ledger counts them. A reply in flight is not
+        stored either: under the run's seeded model it is a pure function of the
+        agent, its call index (``calls - 1``), its memory, the new tokens and the
+        request's output tokens and stage, all in the record. Other pending work is
+        a tool call ``[3, call, requested, started(, time, sequence)]``, an LLM
+        request queued behind the cap ``[1, request]`` or the start effects ``0``."""
+        agents = self.agents
+        chosen = list(map(agents.__getitem__, ids))
+        state, data, batch_tokens, pending, outbox, inbox = (list(map(get, chosen)) for get in _AGENT)
+        if memory_kinds is None:
+            memory = [None, list(map(_MEMORY, chosen))]
+        else:
+            stored = np.flatnonzero(memory_kinds == 2).tolist()
+            memory = [memory_kinds.tobytes(), [chosen[i].memory for i in stored]]
+        at = list(compress(range(len(ids)), map(is_, map(type, pending), repeat(tuple))))
+        flying = list(map(pending.__getitem__, at))
+        replies = list(map(_SECOND, flying))
+        where = self._event_positions()
+        found = where[list(map(ids.__getitem__, at))]
+        if len(found) and found.min() < 0:
+            raise StateError(f"agent {ids[at[int(np.argmin(found))]]} waits for an LLM reply that is not scheduled")
+        events = list(map(self._heap.__getitem__, found.tolist()))
         other: dict[int, Any] = {}
-        outboxes: dict[int, Any] = {}
-        reply = _REPLY
-        for i, r in enumerate(recs):
-            p = r[6]
-            if type(p) is tuple:
-                append((p[0], reply(p[1]), flight[r[0]]))
-            else:
-                append(None)
+        if len(at) + pending.count(None) != len(pending):
+            for i, p in enumerate(pending):
+                if p is None or type(p) is tuple:
+                    continue
                 if p is _START:
                     other[i] = 0
                 elif type(p) is _ToolInFlight:
-                    running = flight.get(r[0])
-                    other[i] = [3, _encode_call(p.call), p.requested, p.started, *(running or ())]
-                elif p is not None:
+                    k = int(where[ids[i]])
+                    running = self._heap[k][:2] if k >= 0 else ()
+                    other[i] = [3, _encode_call(p.call), p.requested, p.started, *running]
+                else:
                     other[i] = [1, *_encode_request(p)]
-            if r[7]:
-                outboxes[i] = [_encode_send(s) for s in r[7]]
+        heads = np.full(len(ids), -1, dtype=np.int64)
+        queued = list(compress(range(len(ids)), inbox))
+        heads[queued] = list(map(_FIRST_ID, map(_FIRST, map(inbox.__getitem__, queued))))
         return {
-            "ids": array("q", map(_FIRST, recs)).tobytes(),
-            "heads": array("q", [r[8][0].first_id if r[8] else -1 for r in recs]).tobytes(),
-            "base": list(map(_BASE, recs)),
-            "pending": pending,
+            "ids": array("q", ids).tobytes(),
+            "heads": heads.tobytes(),
+            "state": bytes(state),
+            "data": data,
+            "memory": memory,
+            "batch_tokens": array("q", batch_tokens).tobytes(),
+            "llm": [
+                array("q", at).tobytes(),
+                list(map(_FIRST, flying)),
+                array("q", map(_TOKENS_OUT, replies)).tobytes(),
+                _uniform(list(map(_STAGE, replies))),
+                array("d", map(_FIRST, events)).tobytes(),
+                array("q", map(_SECOND, events)).tobytes(),
+            ],
             "other": other,
-            "outboxes": outboxes,
+            "outboxes": {i: [_encode_send(s) for s in o] for i, o in enumerate(outbox) if o} if any(outbox) else {},
         }
 
     def _common(self) -> dict[str, Any]:
@@ -477,15 +613,15 @@ class DurableSim(SimRuntime):
             for aid, head in zip(*d["heads"], strict=True):
                 heads[aid] = head
             if d["awake"] is not None:
-                _apply_diff(self._awake, d["awake"])
-            for c, diff in d["ledger_columns"].items():
-                _apply_diff(self._ledger_columns()[c], diff)
+                _set_cells(self._awake, *d["awake"])
+            for c, col in self._ledger_columns().items():
+                _set_cells(col, d["agents"]["ids"], d["ledger_rows"][c])
             self._load_rows(d["agents"], heads)
             self._append_trace(d["trace"], fresh=False)
             for aid in d["started"]:
                 self._start_effects.pop(aid, None)
-            for p in d["packets"]:
-                packets[p[0]] = _decode_packet(p)
+            for p in _decode_packets(d["packets"]):
+                packets[p.first_id] = p
         if len(chain) > 1 or base["kind"] == "full":
             self._load_common(chain[-1])
         self._fill_inboxes(heads, packets)
@@ -506,53 +642,75 @@ class DurableSim(SimRuntime):
         self._load_rows(base["agents"], heads)
         self._append_trace(base["trace"], fresh=True)
         self._start_effects = {int(k): _decode_effects(v) for k, v in base["start_effects"].items()}
-        for p in base["packets"]:
-            packets[p[0]] = _decode_packet(p)
+        for p in _decode_packets(base["packets"]):
+            packets[p.first_id] = p
         return heads
 
     def _grow(self, recruiters: list[int]) -> None:
+        """Recruit again, in order, the agents recruited by ``recruiters`` (their records
+        are loaded afterwards)."""
         for recruiter in recruiters:
-            rid = self.org.recruit(recruiter)
-            agent = Agent(rid)
-            self.agents.append(agent)
-            self._appends.append(agent.inbox.append)
-            self._awake.append(0)
+            SimRuntime._recruit(self, self.agents[recruiter], 1)
             self.recruits.append(recruiter)
-        self.ledger.grow(self.org.n)
 
     def _load_rows(self, rows: dict[str, Any], heads: array[int]) -> None:
         agents, flight = self.agents, self._restored_flights
-        for aid, head in zip(array("q", rows["ids"]), array("q", rows["heads"]), strict=True):
+        ids = array("q", rows["ids"]).tolist()
+        for aid, head in zip(ids, array("q", rows["heads"]), strict=True):
             heads[aid] = head
-        pending: list[Any] = rows["pending"]
-        for i, p in rows["other"].items():
-            pending[int(i)] = p
-        for (aid, state, data, memory, calls, batch_tokens), p in zip(rows["base"], pending, strict=True):
+        kinds, memories = rows["memory"]
+        if kinds is None:
+            for aid, memory in zip(ids, memories, strict=True):
+                agents[aid].memory = memory
+        else:
+            stored = iter(memories)
+            window = self._window
+            for aid, kind in zip(ids, kinds, strict=True):
+                a = agents[aid]
+                if kind == 2:
+                    a.memory = next(stored)
+                elif kind == 1:  # the call in flight before has ended since
+                    p = a.pending
+                    if type(p) is not tuple:
+                        raise StateError(f"agent {aid}: its memory builds on an LLM call that was not in flight")
+                    a.remember_call(p[0], p[1].tokens_out, window)
+        calls = self.ledger.per_agent["llm_calls"]  # an agent's calls, counted where they are paid
+        for aid, state, data, batch_tokens in zip(
+            ids, rows["state"], rows["data"], array("q", rows["batch_tokens"]), strict=True
+        ):
             a = agents[aid]
             a.state = _STATES[state]
             a.data = data
-            a.memory = memory
-            a.calls = calls
+            a.calls = calls[aid]
             a.batch_tokens = batch_tokens
+            a.pending = None
             a.outbox = []
             flight.pop(aid, None)
-            if p is None:
-                a.pending = None
-            elif type(p) is list and len(p) == 3 and type(p[1]) is list:
-                a.pending = (p[0], LLMReply(*p[1]))
-                flight[aid] = (p[2][0], p[2][1])
-            elif p == 0:
+        at, new_tokens, tokens_out, stages, times, seqs = rows["llm"]
+        at, tokens_out = array("q", at), array("q", tokens_out)
+        stages = _spread(stages, len(at))
+        complete = self.llm.complete
+        for i, n, output_tokens, stage, t, seq in zip(
+            at, new_tokens, tokens_out, stages, array("d", times), array("q", seqs), strict=True
+        ):
+            a = agents[ids[i]]
+            request = LLMRequest(n, output_tokens, stage)
+            a.pending = (n, complete(a.id, a.calls - 1, request, sum(a.memory), n))
+            flight[a.id] = (t, seq)
+        for i, p in rows["other"].items():
+            a = agents[ids[int(i)]]
+            if p == 0:
                 a.pending = _START
             elif p[0] == 3:
                 f = _ToolInFlight(ToolCall(*p[1]), p[2])
                 f.started = p[3]
                 a.pending = f
                 if len(p) > 4:
-                    flight[aid] = (p[4], p[5])
+                    flight[a.id] = (p[4], p[5])
             else:
                 a.pending = LLMRequest(*p[1:])
         for i, sends in rows["outboxes"].items():
-            agents[rows["base"][int(i)][0]].outbox = [Send(*s) for s in sends]
+            agents[ids[int(i)]].outbox = [Send(*s) for s in sends]
 
     def _append_trace(self, rows: list[bytes] | None, *, fresh: bool) -> None:
         t = self.trace

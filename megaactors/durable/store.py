@@ -58,7 +58,7 @@ __all__ = [
 
 FORMAT = "megaactors-durable"
 """Name recorded in every database this package creates."""
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """Version of the schema and of the state encoding; a mismatch is refused, never guessed."""
 STATUSES = ("queued", "running", "done", "dead", "cancelled")
 
