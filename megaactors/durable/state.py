@@ -265,8 +265,7 @@ class DurableSim(SimRuntime):
             self._call_llm = self._paid_call_llm  # type: ignore[method-assign]
         self._active: set[int] = set()
         """Agents noted as changed by the rare paths (tools, recruits)."""
-        self._ran: list[int] = []
-        """The agent of every event run since the last description, in order."""
+        self._event_log = []  # the agent of every event run since the last description
         self._llm_at_mark = np.zeros(0, dtype=bool)
         """Which agents had an LLM call in flight at the last description."""
         self._shadow_started: set[int] = set()
@@ -282,30 +281,9 @@ class DurableSim(SimRuntime):
     # An agent's record changes only when one of its events completes, when it
     # takes a batch or makes an LLM call or sends (its ledger row changes), when it
     # starts a tool, is recruited, or runs its start effects. The first is noted
-    # here as events run (how many per agent tells how its memory changed); ledger
+    # in the event log as events run (how many per agent tells how its memory changed); ledger
     # rows are compared when a delta is written; the rest are rare and noted by
     # the overrides below.
-
-    def advance(self, until: float) -> int:
-        # SimRuntime.advance, noting the agent of every event
-        heap, agents, complete, ready, wake = self._heap, self.agents, self._complete, self._ready, self._wake
-        pop, note = heapq.heappop, self._ran.append
-        ran = 0
-        while heap and heap[0][0] < until:
-            t, _, aid = pop(heap)
-            self.now = t
-            note(aid)
-            complete(agents[aid])
-            while ready:
-                wake(agents[ready.popleft()])
-            self.steps += 1
-            ran += 1
-        return ran
-
-    def step(self) -> bool:
-        if self._heap:
-            self._ran.append(self._heap[0][2])
-        return super().step()
 
     def _paid_call_llm(self, a: Any, request: LLMRequest) -> None:
         index = a.calls
@@ -384,7 +362,7 @@ class DurableSim(SimRuntime):
         noted = self._active | started
         if noted:
             changed[np.fromiter(noted, dtype=np.int64, count=len(noted))] = True
-        ran = np.bincount(np.array(self._ran, dtype=np.int64), minlength=len(agents))
+        ran = np.bincount(np.array(self._event_log, dtype=np.int64), minlength=len(agents))
         changed |= ran > 0
         at = np.flatnonzero(changed)
         rows = self._agent_rows(at.tolist(), self._memory_kinds(at, ran[at]))
@@ -444,7 +422,7 @@ class DurableSim(SimRuntime):
         self._shadow_trace = (len(t.t_agent), len(t.b_agent)) if t is not None else (0, 0)
         self._shadow_recruits = len(self.recruits)
         self._active = set()
-        self._ran = []
+        self._event_log = []
         self._shadow_started = set(self._start_effects)
         self.postman.new_packets = []
 

@@ -111,6 +111,9 @@ class SimRuntime:
         self.started = False
         self.steps = 0
         """Events run so far (0 right after the start cascade)."""
+        self._event_log: list[int] | None = None
+        """When a list, the agent of every event run is appended to it (a durable run
+        learns from it which agents changed)."""
         self._wall = 0.0
 
     # ------------------------------------------------------------------ driving
@@ -143,6 +146,8 @@ class SimRuntime:
             return False
         t, _, aid = heapq.heappop(self._heap)
         self.now = t
+        if self._event_log is not None:
+            self._event_log.append(aid)
         self._complete(self.agents[aid])
         self._drain()
         self.steps += 1
@@ -153,11 +158,13 @@ class SimRuntime:
         cause, and events they schedule before ``until``); return how many ran."""
         # step(), inlined: this is the main loop of a run
         heap, agents, complete, ready, wake = self._heap, self.agents, self._complete, self._ready, self._wake
-        pop = heapq.heappop
+        pop, log = heapq.heappop, self._event_log
         ran = 0
         while heap and heap[0][0] < until:
             t, _, aid = pop(heap)
             self.now = t
+            if log is not None:
+                log.append(aid)
             complete(agents[aid])
             while ready:
                 wake(agents[ready.popleft()])
