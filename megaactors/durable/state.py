@@ -32,7 +32,6 @@ behaviour's state must be msgpack-serializable (tuples come back as lists).
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -46,6 +45,7 @@ from megaactors.agent import AgentState
 from megaactors.behaviour import UNCHANGED, Effects, LLMRequest, Send, ToolCall
 from megaactors.llm import LLMReply, SimulatedLLM
 from megaactors.messages import CHANNELS, Packet
+from megaactors.runtime.events import EventQueue
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.sim import _START, SimRuntime, _ToolInFlight
 
@@ -314,14 +314,16 @@ class DurableSim(SimRuntime):
 
     def _flights(self) -> dict[int, tuple[float, int]]:
         """(time, sequence) of the event each agent with a call in flight waits for."""
-        return {e[2]: (e[0], e[1]) for e in self._heap}
+        return {e[2]: (e[0], e[1]) for e in self._events.events()}
 
-    def _event_positions(self) -> np.ndarray:
-        """For each agent, where in the event heap the event it waits for is (-1: none)."""
-        heap, n = self._heap, len(self._heap)
+    def _event_positions(self) -> tuple[list[tuple[float, int, int]], np.ndarray]:
+        """The pending events and, for each agent, the position among them of the event
+        it waits for (-1: none)."""
+        events = self._events.events()
+        n = len(events)
         where = np.full(len(self.agents), -1, dtype=np.int64)
-        where[np.fromiter(map(_THIRD, heap), dtype=np.int64, count=n)] = np.arange(n)
-        return where
+        where[np.fromiter(map(_THIRD, events), dtype=np.int64, count=n)] = np.arange(n)
+        return events, where
 
     # ------------------------------------------------------------------ writing out
 
@@ -483,11 +485,11 @@ class DurableSim(SimRuntime):
         at = list(compress(range(len(ids)), map(is_, map(type, pending), repeat(tuple))))
         flying = list(map(pending.__getitem__, at))
         replies = list(map(_SECOND, flying))
-        where = self._event_positions()
+        pending_events, where = self._event_positions()
         found = where[list(map(ids.__getitem__, at))]
         if len(found) and found.min() < 0:
             raise StateError(f"agent {ids[at[int(np.argmin(found))]]} waits for an LLM reply that is not scheduled")
-        events = list(map(self._heap.__getitem__, found.tolist()))
+        events = list(map(pending_events.__getitem__, found.tolist()))
         other: dict[int, Any] = {}
         if len(at) + pending.count(None) != len(pending):
             for i, p in enumerate(pending):
@@ -497,7 +499,7 @@ class DurableSim(SimRuntime):
                     other[i] = 0
                 elif type(p) is _ToolInFlight:
                     k = int(where[ids[i]])
-                    running = self._heap[k][:2] if k >= 0 else ()
+                    running = pending_events[k][:2] if k >= 0 else ()
                     other[i] = [3, _encode_call(p.call), p.requested, p.started, *running]
                 else:
                     other[i] = [1, *_encode_request(p)]
@@ -604,8 +606,7 @@ class DurableSim(SimRuntime):
             self._load_common(chain[-1])
         self._fill_inboxes(heads, packets)
         del self._restored_flights
-        self._heap = [(t, seq, aid) for aid, (t, seq) in flight.items()]
-        heapq.heapify(self._heap)
+        self._events = EventQueue(self._events_width, [(t, seq, aid) for aid, (t, seq) in flight.items()])
         self.started = True
         self.mark_clean()
 

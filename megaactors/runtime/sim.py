@@ -2,8 +2,9 @@
 
 Virtual time only: an LLM call takes the latency its seeded model draws, message
 delivery is instantaneous, and nothing reads the wall clock except the final
-``wall_s`` figure. Events are LLM completions on a heap ordered by
-``(time, sequence number)``; agents woken by a delivery at the current instant wait
+``wall_s`` figure. Events are LLM completions and finished tool calls, taken in
+``(time, sequence number)`` order from an :class:`~megaactors.runtime.events.EventQueue`;
+agents woken by a delivery at the current instant wait
 in a FIFO. The same seed therefore gives the same results, byte for byte.
 
 Options: ``max_concurrent_llm`` caps calls in flight (an API rate limit; extra calls
@@ -13,7 +14,6 @@ wait in FIFO order) and ``serial`` lets only one agent be Processing at a time
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections import deque
@@ -37,6 +37,7 @@ from megaactors.ledger import Ledger
 from megaactors.llm import SimulatedLLM
 from megaactors.messages import Batch
 from megaactors.organisation import Organisation
+from megaactors.runtime.events import EventQueue
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
@@ -93,7 +94,11 @@ class SimRuntime:
         self.ledger = Ledger(org.n)
         self.trace: Trace | None = Trace() if trace else None
         self.now = 0.0
-        self._heap: list[tuple[float, int, int]] = []
+        median = getattr(getattr(self.llm, "latency", None), "median_s", 0.0) or 1.0
+        self._events_width = median / 16
+        self._events = EventQueue(self._events_width)
+        """Pending events: LLM replies and finished tool calls (a calendar of time buckets
+        1/16 of the median LLM latency wide)."""
         self._seq = 0
         self._ready: deque[int] = deque()
         self._in_flight = 0
@@ -142,9 +147,9 @@ class SimRuntime:
         two events nothing is in motion but calls in flight. Returns False when there
         was nothing left to run. (A durable run's super-step is a window of virtual
         time holding any number of events: see :mod:`megaactors.durable.checkpointing`.)"""
-        if not self._heap:
+        if not self._events:
             return False
-        t, _, aid = heapq.heappop(self._heap)
+        t, _, aid = self._events.pop()
         self.now = t
         if self._event_log is not None:
             self._event_log.append(aid)
@@ -157,11 +162,20 @@ class SimRuntime:
         """Run every event due before virtual time ``until`` (with the cascades they
         cause, and events they schedule before ``until``); return how many ran."""
         # step(), inlined: this is the main loop of a run
-        heap, agents, complete, ready, wake = self._heap, self.agents, self._complete, self._ready, self._wake
-        pop, log = heapq.heappop, self._event_log
+        events, agents, complete, ready, wake = self._events, self.agents, self._complete, self._ready, self._wake
+        log = self._event_log
         ran = 0
-        while heap and heap[0][0] < until:
-            t, _, aid = pop(heap)
+        while True:
+            # EventQueue.pop, inlined: read the current bucket in place
+            current, i = events.current, events.index
+            if i == len(current):
+                if not events.refill():
+                    break
+                current, i = events.current, 0
+            t, _, aid = current[i]
+            if t >= until:
+                break
+            events.index = i + 1
             self.now = t
             if log is not None:
                 log.append(aid)
@@ -175,12 +189,13 @@ class SimRuntime:
     @property
     def next_event_time(self) -> float | None:
         """Virtual time of the next event, or None when nothing is left."""
-        return self._heap[0][0] if self._heap else None
+        event = self._events.peek()
+        return None if event is None else event[0]
 
     @property
     def finished(self) -> bool:
         """True once no event is left."""
-        return self.started and not self._heap
+        return self.started and not self._events
 
     def result(self) -> RunResult:
         """Ledger, trace and states as they stand."""
@@ -310,7 +325,7 @@ class SimRuntime:
         self.ledger.record_llm(a.id, reply)
         a.pending = (new_tokens, reply)
         self._seq += 1
-        heapq.heappush(self._heap, (self.now + reply.latency_s, self._seq, a.id))
+        self._events.push((self.now + reply.latency_s, self._seq, a.id))
 
     def _complete(self, a: Agent) -> None:
         """An LLM call or a tool call of ``a`` finished now."""
@@ -359,7 +374,7 @@ class SimRuntime:
         flight.started = self.now
         a.pending = flight
         self._seq += 1
-        heapq.heappush(self._heap, (self.now + call.duration_s, self._seq, a.id))
+        self._events.push((self.now + call.duration_s, self._seq, a.id))
 
     def _tool_done(self, a: Agent, flight: _ToolInFlight) -> None:
         call = flight.call
