@@ -23,7 +23,8 @@ Peak memory is the peak of the summed resident set sizes of the process tree,
 sampled every 50 ms (pages shared between the forked processes are counted in each,
 so this overstates what the machine spent), and the peak of the summed
 proportional set sizes (shared pages divided among their sharers), sampled every
-200 ms. Targets: under 40 s wall and 6 GB.
+second (reading it costs the kernel a walk of every page table). Targets: under
+40 s wall and 6 GB.
 
     python benchmarks/asyncio_million.py [--agents 1000000] [--shards 2] [--json]
 """
@@ -189,22 +190,32 @@ def _field_kb(path: str, field: str) -> int:
     return 0
 
 
-def _tree_memory_kb(root: int, pss: bool) -> tuple[int, int]:
-    """Summed resident set size of the tree and, if asked, its summed proportional
-    set size (shared pages divided among the processes that share them)."""
-    pids = _tree(root)
-    rss = sum(_field_kb(f"/proc/{pid}/status", "VmRSS:") for pid in pids)
-    return rss, sum(_field_kb(f"/proc/{pid}/smaps_rollup", "Pss:") for pid in pids) if pss else 0
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * _PAGE_KB
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def measure(what: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Run one part in a fresh process tree, sampling its memory: the summed RSS
+    every 50 ms (the tree is listed again every 0.5 s), the summed PSS every second
+    (reading it makes the kernel walk every page table: too dear to do often)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", what, *_forwarded(args)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     peak_rss = peak_pss = 0
     samples = 0
+    pids = [proc.pid]
     while proc.poll() is None:
-        rss, pss = _tree_memory_kb(proc.pid, pss=samples % 4 == 0)  # PSS is slower to read
-        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+        if samples % 10 == 0:
+            pids = _tree(proc.pid)
+        peak_rss = max(peak_rss, sum(map(_rss_kb, pids)))
+        if samples % 20 == 0:
+            peak_pss = max(peak_pss, sum(_field_kb(f"/proc/{pid}/smaps_rollup", "Pss:") for pid in pids))
         samples += 1
         time.sleep(0.05)
     out = proc.stdout.read() if proc.stdout else ""

@@ -17,6 +17,7 @@ Ordinary agents therefore cannot reach anyone outside their group.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Hashable
 from typing import Any
 
@@ -503,9 +504,14 @@ class Organisation:
 
 
 def _without(members: list[int], a: int) -> list[int]:
-    """``members`` without ``a`` (copied by slices, not element by element)."""
-    try:
-        i = members.index(a)
-    except ValueError:
-        return list(members)
+    """``members`` without ``a`` (copied by slices, not element by element). Where
+    ``a`` sits is guessed first from consecutive or sorted ids, then searched."""
+    i = a - members[0] if members else -1
+    if not 0 <= i < len(members) or members[i] != a:
+        i = bisect_left(members, a)
+        if i == len(members) or members[i] != a:
+            try:
+                i = members.index(a)
+            except ValueError:
+                return list(members)
     return members[:i] + members[i + 1 :]

@@ -1,11 +1,14 @@
 """The asyncio runtime: every agent is an asyncio task with its own in-queue.
 
 An agent's task runs its start effects, then sleeps on a future until a message
-arrives. A delivery appends a reference to the packet to each recipient's in-queue
-(at C speed); once per turn of the event loop a wake-up pass resolves the futures
-of the recipients that were Idle, however many messages each received. LLM calls
-are awaited: a simulated LLM's latency is slept (``latency_s * time_scale`` wall
-seconds), a real endpoint (an object with ``async acomplete``, e.g.
+arrives. A broadcast to a whole group or to every admin is one entry in that
+channel's shared log, which each member reads from its own cursor; any other send
+appends a reference to its packet to each recipient's private in-queue (see
+:mod:`megaactors.runtime.mailboxes`: a batch gathering several queues lists its
+messages by id, which in one process is arrival order). Once per turn of the
+event loop a wake-up pass resolves the futures of the recipients that were Idle,
+however many messages each received. LLM calls are awaited: a simulated LLM's
+latency is slept (``latency_s * time_scale`` wall seconds), a real endpoint (an object with ``async acomplete``, e.g.
 :class:`megaactors.llm_client.ChatCompletionsClient`) is awaited as it answers.
 ``max_concurrent_llm`` is an :class:`asyncio.Semaphore`; serial mode passes one
 token in FIFO order; tool locks are :class:`asyncio.Lock` by name (FIFO).
@@ -33,15 +36,17 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from itertools import repeat
 from typing import Any
 
 from megaactors.agent import IDLE, PROCESSING, RESPONSE, Agent
 from megaactors.behaviour import Behaviour, Effects, LLMRequest, ToolCall
+from megaactors.messages import Batch
 from megaactors.organisation import Organisation
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.live import DEFAULT_TIME_SCALE, LiveRuntime
+from megaactors.runtime.mailboxes import Mailboxes
 from megaactors.runtime.result import RunResult
 from megaactors.spec import ParameterError
 
@@ -163,7 +168,9 @@ class AsyncioRuntime(LiveRuntime):
         self._inboxes = [a.inbox for a in self.agents]
         self._wakers: list[asyncio.Future[Any] | None] = [None] * org.n
         self._dirty: set[int] = set()
-        """Agents that received a message since the last wake-up pass."""
+        """Agents that received a private message since the last wake-up pass."""
+        self._mail: Mailboxes | None = None
+        """Every in-queue: private ones and channel logs (made when the run starts)."""
         self._waking = False
         self._active = 0
         self._done: asyncio.Future[None] | None = None
@@ -201,10 +208,18 @@ class AsyncioRuntime(LiveRuntime):
         self._wall = time.perf_counter() - wall0
         return self.result()
 
-    async def _serve(self, agents: list[Agent], starts: list[Effects | None]) -> None:
+    async def _serve(
+        self,
+        agents: list[Agent],
+        starts: list[Effects | None],
+        settled: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """Run ``agents`` (with their start effects) as tasks until quiescence ends the
-        run, then end every task; raise the first error of any agent."""
+        run, then end every task; raise the first error of any agent. ``settled`` is
+        awaited first when the run ended without an error."""
         loop = asyncio.get_running_loop()
+        if self._mail is None:
+            self._mail = Mailboxes(self.org, self._inboxes)
         self._done = loop.create_future()
         if self.max_concurrent_llm is not None:
             self._semaphore = asyncio.Semaphore(self.max_concurrent_llm)
@@ -217,8 +232,11 @@ class AsyncioRuntime(LiveRuntime):
         self.tasks = [create_task(agent_main(a, eff)) for a, eff in zip(agents, starts, strict=True)]
         try:
             await self._done
-        finally:
             self._end = time.monotonic()
+            if settled is not None and self.error is None:
+                await settled()
+        finally:
+            self._end = self._end or time.monotonic()
             await self._stop_tasks()
             close = getattr(self.llm, "aclose", None)
             if self._async_llm and close is not None:
@@ -258,6 +276,9 @@ class AsyncioRuntime(LiveRuntime):
     def _spawn(self, agent: Agent) -> None:
         self._inboxes.append(agent.inbox)
         self._wakers.append(None)
+        mail = self._mail
+        mail.subscribe(agent.id)  # type: ignore[union-attr]
+        mail.subscribe(self.org.parent[agent.id])  # type: ignore[union-attr]  # it may administer a new group
         self._active += 1
         self.tasks.append(asyncio.get_running_loop().create_task(self._agent_main(agent, None)))
 
@@ -266,13 +287,15 @@ class AsyncioRuntime(LiveRuntime):
     async def _agent_main(self, a: Agent, start: Effects | None) -> None:
         """The agent's task: start effects, then a batch whenever its in-queue fills."""
         try:
-            if start is not None or a.inbox:
+            mail = self._mail
+            if start is not None or mail.pending(a.id):  # type: ignore[union-attr]
                 await self._activate(a, start)
             loop = asyncio.get_running_loop()
-            wakers = self._wakers
+            wakers, idle = self._wakers, mail.idle  # type: ignore[union-attr]
             while True:
                 fut = loop.create_future()
                 wakers[a.id] = fut
+                idle(a.id)
                 self._active -= 1
                 if not self._active:
                     self._quiescent()
@@ -286,7 +309,7 @@ class AsyncioRuntime(LiveRuntime):
 
     async def _activate(self, a: Agent, eff: Effects | None) -> None:
         """From Idle through Processing and Response until Idle with an empty in-queue."""
-        token = self._token
+        token, pending = self._token, self._mail.pending  # type: ignore[union-attr]
         while True:
             if token is not None:
                 await token.acquire(a)
@@ -304,7 +327,7 @@ class AsyncioRuntime(LiveRuntime):
             self._move(a, RESPONSE)
             if a.outbox:
                 self._deliver(a)
-            if not a.inbox:
+            if not pending(a.id):
                 self._move(a, IDLE)
                 if token is not None:
                     token.release(a)
@@ -313,12 +336,27 @@ class AsyncioRuntime(LiveRuntime):
                 self._move(a, IDLE)
                 token.release(a)
 
+    def _collect(self, a: Agent) -> tuple[Batch, int]:
+        packets, copy_bytes = self._mail.take(a.id)  # type: ignore[union-attr]
+        return Batch(a.id, packets), self.postman.account_batch(a.id, len(packets), copy_bytes)
+
+    def _queued(self, a: Agent) -> int:
+        return len(a.inbox) if self._mail is None else self._mail.queued(a.id)
+
     def _deliver(self, a: Agent) -> None:
-        """Flush the out-queue: a packet reference into each recipient's in-queue."""
-        stamp, now, sender = self.postman.stamp, self.now(), a.id
+        """Flush the out-queue: a broadcast into its channel log(s), any other send
+        as a packet reference into each recipient's private in-queue."""
+        postman, now, sender = self.postman, self.now(), a.id
+        mail = self._mail
+        stamp, post, compact = postman.stamp, mail.post, mail.compact  # type: ignore[union-attr]
         inboxes, dirty = self._inboxes, self._dirty
         for send in a.outbox:
-            for packet in stamp(sender, send, now):
+            packets = stamp(sender, send, now)
+            if postman.broadcast and len(packets) == 1:
+                compact(packets[0])
+                post(packets[0])
+                continue
+            for packet in packets:
                 recipients = packet.recipients
                 _consume(map(_append, map(inboxes.__getitem__, recipients), repeat(packet)))
                 dirty.update(recipients)
@@ -335,13 +373,27 @@ class AsyncioRuntime(LiveRuntime):
 
     def _wake_dirty(self) -> None:
         wakers, inboxes, woken = self._wakers, self._inboxes, 0
+        mail = self._mail
+        busy = mail.busy  # type: ignore[union-attr]
         for r in self._dirty:
             fut = wakers[r]
             if fut is not None and inboxes[r]:  # Idle, and not emptied meanwhile
                 wakers[r] = None
+                busy(r)
                 fut.set_result(None)
                 woken += 1
         self._dirty.clear()
+        logs = mail.dirty  # type: ignore[union-attr]
+        while logs:
+            log = logs.pop()
+            cursors, end = log.cursors, log.end
+            # an Idle reader has a message unless it went Idle after reading the post
+            for r in [r for r in log.idle if cursors[r] < end]:
+                fut = wakers[r]
+                wakers[r] = None
+                busy(r)
+                fut.set_result(None)  # type: ignore[union-attr]
+                woken += 1
         self._waking = False
         self._active += woken - 1
         if not self._active:

@@ -4,17 +4,21 @@
 ranges (at group boundaries where it can, so that a group's chat stays inside one
 process) and runs each range as the asyncio runtime in a forked process of its
 own. A message for an agent of another shard travels with its packet over a
-socket pair between the two processes, in one frame per event-loop turn. Message
-ids stay consecutive from 0 over the whole run (a counter in shared memory hands
-them out), so counts and bytes are those of an unsharded run.
+socket pair between the two processes, in one frame per event-loop turn; a
+broadcast to a channel (a group, the admins) travels once per shard and goes into
+that shard's copy of the channel's log. Message ids stay consecutive from 0 over
+the whole run (a counter in shared memory hands them out), so counts and bytes are
+those of an unsharded run.
 
 The parent process only coordinates. A shard that has no agent busy reports how
 many packets it has sent to and received from each other shard; when every shard
 is quiet and every packet sent has been received, the parent asks each shard
 whether it has stayed quiet since (a second wave, so that no report is stale) and
 then stops them all. Each shard sends back its part of the ledger, its agents'
-states and its trace, which the parent merges. ``peak_llm_in_flight`` is then the
-sum of the shards' peaks (an upper bound of the true peak).
+states and its trace, which the parent merges, and ends at once rather than
+tearing down its idle tasks one by one (a shard also runs with the cyclic garbage
+collector off: it lives for one run). ``peak_llm_in_flight`` is then the sum of
+the shards' peaks (an upper bound of the true peak).
 
 Sharding needs the ``fork`` start method (Linux, macOS) and refuses what would
 need state shared by every process: serial mode, ``max_concurrent_llm``,
@@ -27,10 +31,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import gc
 import multiprocessing
+import os
 import pickle
 import socket
 import struct
+import sys
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -40,8 +47,9 @@ from typing import TYPE_CHECKING, Any
 
 from megaactors.agent import Agent
 from megaactors.behaviour import Effects, ToolCall
-from megaactors.messages import CHANNELS, Packet
+from megaactors.messages import ADMIN, Packet
 from megaactors.runtime.gc_tuning import quiet_gc
+from megaactors.runtime.mailboxes import Mailboxes, Without
 from megaactors.spec import ParameterError
 from megaactors.trace import Trace
 
@@ -55,8 +63,6 @@ __all__ = ["ShardError", "run_sharded", "shard_bounds"]
 _HEADER = struct.Struct("!Q")
 _consume = deque(maxlen=0).extend
 _append = list.append
-_TOTALS = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd", "llm_time_s")
-_TOTALS += ("tool_calls", "tool_time_s", "lock_wait_s")
 
 
 class ShardError(RuntimeError):
@@ -146,6 +152,7 @@ class _Shard:
         self.epoch = 0
         self.writers: dict[int, asyncio.StreamWriter] = {}
         self.control: asyncio.StreamWriter | None = None
+        rt._mail = Mailboxes(rt.org, rt._inboxes, range(self.lo, self.hi))
         rt._quiescent = self._quiescent  # type: ignore[method-assign]
         rt._deliver = self._deliver  # type: ignore[method-assign]
         rt._add_agents = self._add_agents  # type: ignore[method-assign]
@@ -160,18 +167,18 @@ class _Shard:
 
     async def serve(self, starts: list[Effects | None]) -> None:
         rt, loop = self.rt, asyncio.get_running_loop()
-        readers = []
+        streams = {}
         for j, sock in self.links.items():
-            reader, self.writers[j] = await asyncio.open_connection(sock=sock)
-            readers.append(loop.create_task(self._receive(j, reader)))
-        reader, self.control = await asyncio.open_connection(sock=self.control_sock)
-        readers.append(loop.create_task(self._listen(reader)))
+            streams[j], self.writers[j] = await asyncio.open_connection(sock=sock)
+        control, self.control = await asyncio.open_connection(sock=self.control_sock)
+        # No await from here until the run is set up: what another shard has sent
+        # already (it waits in the streams) is read only once the agents' tasks exist.
+        readers = [loop.create_task(self._receive(j, reader)) for j, reader in streams.items()]
+        readers.append(loop.create_task(self._listen(control)))
         try:
-            await rt._serve(rt.agents[self.lo : self.hi], starts[self.lo : self.hi])
-        except BaseException as exc:
+            await rt._serve(rt.agents[self.lo : self.hi], starts[self.lo : self.hi], self._report)
+        except BaseException as exc:  # a clean end never gets here: _report ends the process
             self.control.write(_frame(("error", self.index, _picklable(exc))))
-        else:
-            self.control.write(_frame(("result", self.index, self._result())))
         finally:
             for task in readers:
                 task.cancel()
@@ -188,14 +195,21 @@ class _Shard:
         rt = self.rt
         postman, now, sender = rt.postman, rt.now(), a.id
         stamp, counter, id_lock = postman.stamp, self.counter, self.id_lock
-        inboxes, dirty = rt._inboxes, rt._dirty
+        inboxes, dirty, mail = rt._inboxes, rt._dirty, rt._mail
+        post, compact = mail.post, mail.compact  # type: ignore[union-attr]
         lo, hi = self.lo, self.hi
         for send in a.outbox:
             with id_lock:
                 first = counter.value
                 counter.value = first + len(send.recipients)
             postman.next_message_id = first
-            for packet in stamp(sender, send, now):
+            packets = stamp(sender, send, now)
+            if postman.broadcast and len(packets) == 1:
+                compact(packets[0])
+                if not post(packets[0]):  # some members live in other shards
+                    self._forward(packets[0], to_logs=True)
+                continue
+            for packet in packets:
                 recipients = packet.recipients
                 if not (lo <= min(recipients) and max(recipients) < hi):
                     recipients = self._forward(packet)
@@ -204,24 +218,38 @@ class _Shard:
         a.outbox = []
         rt._wake_soon()
 
-    def _forward(self, packet: Packet) -> Sequence[int]:
+    def _forward(self, packet: Packet, to_logs: bool = False) -> Sequence[int]:
         """Queue ``packet`` for the shards of its remote recipients; return the local ones.
 
         A shard receives the packet's fields and, for each run of consecutive
         positions of its recipients, that run with the id of its first copy: the
         copies keep their ids. A sorted recipient list (the usual case) makes one
-        run per shard, cut by bisection."""
+        run per shard, cut by bisection; the run of a broadcast (``to_logs``) is
+        then every member the shard holds, and goes into that shard's logs. A run
+        of the admins travels as its bounds in the admin list, which every shard
+        holds: the receiver slices its own copy instead of unpickling the ids."""
         recipients = packet.recipients
         head = (packet.sender, packet.channel, packet.kind, packet.payload, packet.parent, packet.sent_at)
         first_id, overhead = packet.first_id, packet.overhead
-        if isinstance(recipients, list) and recipients == sorted(recipients):
+        # admin_peers of a sorted admin list are sorted: no need to check
+        known = to_logs and packet.channel == ADMIN and self.rt._mail.admins_sorted  # type: ignore[union-attr]
+        listed = isinstance(recipients, (list, Without))
+        if known or (listed and list(recipients) == sorted(recipients)):
+            admins = type(recipients) is Without and recipients.members is self.rt.org.admins
             for j, (jlo, jhi) in self.ranges.items():
                 i, k = bisect.bisect_left(recipients, jlo), bisect.bisect_left(recipients, jhi)
                 if i < k:
-                    self.outgoing[j].append((*head, first_id + i, recipients[i:k], overhead))
-            local: Sequence[int] = recipients[
-                bisect.bisect_left(recipients, self.lo) : bisect.bisect_left(recipients, self.hi)
-            ]
+                    if admins:  # the run lies wholly before or after the sender
+                        shift = int(i >= recipients.skip)  # type: ignore[union-attr]
+                        run: Any = (i + shift, k + shift)
+                    else:
+                        run = recipients[i:k]
+                    self.outgoing[j].append((*head, first_id + i, run, overhead, to_logs))
+            local: Sequence[int] = (
+                ()
+                if to_logs  # delivered through the logs already
+                else recipients[bisect.bisect_left(recipients, self.lo) : bisect.bisect_left(recipients, self.hi)]
+            )
         else:
             local = []
             bounds = self.bounds
@@ -231,7 +259,7 @@ class _Shard:
                 if k == self.index:
                     local.extend(ids)
                 else:
-                    self.outgoing[k].append((*head, first_id + positions[0][0], ids, overhead))
+                    self.outgoing[k].append((*head, first_id + positions[0][0], ids, overhead, False))
         if not self.flushing:
             self.flushing = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -247,11 +275,16 @@ class _Shard:
 
     async def _receive(self, j: int, reader: asyncio.StreamReader) -> None:
         rt = self.rt
-        inboxes, dirty = rt._inboxes, rt._dirty
+        inboxes, dirty, post = rt._inboxes, rt._dirty, rt._mail.post  # type: ignore[union-attr]
         while True:
             items = await _read_frame(reader)
-            for sender, channel, kind, payload, parent, sent_at, first_id, recipients, overhead in items:
+            for sender, channel, kind, payload, parent, sent_at, first_id, recipients, overhead, to_logs in items:
+                if type(recipients) is tuple:  # bounds in the admin list
+                    recipients = rt.org.admins[recipients[0] : recipients[1]]
                 packet = Packet(sender, channel, kind, payload, parent, sent_at, first_id, recipients, overhead)
+                if to_logs:
+                    post(packet)
+                    continue
                 _consume(map(_append, map(inboxes.__getitem__, recipients), repeat(packet)))
                 dirty.update(recipients)
             self.received[j] += len(items)
@@ -259,6 +292,15 @@ class _Shard:
                 self.quiet = False
                 self.epoch += 1
             rt._wake_soon()
+
+    async def _report(self) -> None:
+        """The run is over: send this shard's result and end the process at once
+        (its idle tasks and data are not worth tearing down one by one)."""
+        self.control.write(_frame(("result", self.index, self._result())))  # type: ignore[union-attr]
+        await self.control.drain()  # type: ignore[union-attr]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     def _add_agents(self, a: Agent, count: int) -> list[Agent]:
         raise ParameterError(f"agent {a.id}: recruiting needs one process (shards=1)")
@@ -293,14 +335,7 @@ class _Shard:
         led = rt.ledger
         trace = rt.trace
         return {
-            "totals": {k: getattr(led, k) for k in _TOTALS},
-            "messages_by_channel": dict(led.messages_by_channel),
-            "bytes_by_channel": dict(led.bytes_by_channel),
-            "stages": {k: list(v.values()) for k, v in led.by_stage.items()},
-            "per_agent": {c: col[lo:hi] for c, col in led.per_agent.items()},
-            "cost_per_agent": led.cost_per_agent[lo:hi],
-            "peak_queue_depth": led.peak_queue_depth,
-            "peak_llm_in_flight": led.peak_llm_in_flight,
+            "ledger": led.part(lo, hi),
             "states": [a.data for a in rt.agents[lo:hi]],
             "trace": None if trace is None else trace.as_dict(),
         }
@@ -327,6 +362,10 @@ def _shard_main(
         if k != index:
             child_end.close()
     shard = _Shard(rt, index, bounds, counter, id_lock, mine, controls[index][1])
+    # A shard lives for one run: what it allocates forms no cycle worth collecting
+    # (an error ends the run) and dies with the process, so the collector, which
+    # would keep walking hundreds of thousands of live tasks, stays off.
+    gc.disable()
     with asyncio.Runner(loop_factory=lambda: new_event_loop(rt.event_loop)) as runner:
         runner.run(shard.serve(starts))
 
@@ -500,20 +539,7 @@ def _merge(rt: AsyncioRuntime, bounds: list[int], results: dict[int, dict[str, A
     batches: list[tuple[Any, ...]] = []
     for k, res in sorted(results.items()):
         lo, hi = bounds[k], bounds[k + 1]
-        for name, value in res["totals"].items():
-            setattr(led, name, getattr(led, name) + value)
-        for ch in CHANNELS:
-            led.messages_by_channel[ch] += res["messages_by_channel"][ch]
-            led.bytes_by_channel[ch] += res["bytes_by_channel"][ch]
-        for stage, values in res["stages"].items():
-            mine = led._stages.setdefault(stage, [0, 0, 0, 0.0])  # the ledger keeps no public setter
-            for i, v in enumerate(values):
-                mine[i] += v
-        for column, part in res["per_agent"].items():
-            led.per_agent[column][lo:hi] = part
-        led.cost_per_agent[lo:hi] = res["cost_per_agent"]
-        led.peak_queue_depth = max(led.peak_queue_depth, res["peak_queue_depth"])
-        led.peak_llm_in_flight += res["peak_llm_in_flight"]
+        led.add_part(res["ledger"], lo, hi)
         for agent, state in zip(rt.agents[lo:hi], res["states"], strict=True):
             agent.data = state
         if res["trace"] is not None:

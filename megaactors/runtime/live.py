@@ -25,9 +25,11 @@ under its own.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from megaactors.agent import Agent, AgentState
@@ -60,6 +62,18 @@ def is_async_llm(llm: Any) -> bool:
     """True if ``llm`` answers with ``await llm.acomplete(...)`` (a real endpoint)
     rather than ``llm.complete(...)`` plus a simulated wait."""
     return inspect.iscoroutinefunction(getattr(llm, "acomplete", None))
+
+
+@contextmanager
+def _paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection in the block (as it was afterwards)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class LiveRuntime:
@@ -95,7 +109,8 @@ class LiveRuntime:
         self.time_scale = float(time_scale)
         self.tools = tools or {}
         init = behaviour.init
-        self.agents: list[Agent] = [Agent(a, init(a, org)) for a in range(org.n)]
+        with _paused_gc():  # millions of agents, no cycle among them
+            self.agents: list[Agent] = [Agent(a, init(a, org)) for a in range(org.n)]
         self.ledger = Ledger(org.n)
         self.trace: Trace | None = Trace() if trace else None
         self.postman = Postman(org, self.ledger)
@@ -146,11 +161,20 @@ class LiveRuntime:
 
     def _take_batch(self, a: Agent) -> Batch:
         """Empty the in-queue into one batch and account it."""
-        batch = a.take_batch()
-        a.batch_tokens = -(-self.postman.take(batch) // self._bytes_per_token)
+        batch, nbytes = self._collect(a)
+        a.batch_tokens = -(-nbytes // self._bytes_per_token)
         if self.trace is not None:
             self.trace.batch(a.id, self.now(), len(batch))
         return batch
+
+    def _collect(self, a: Agent) -> tuple[Batch, int]:
+        """Hook: empty ``a``'s in-queue; the batch, accounted, and its size in bytes."""
+        batch = a.take_batch()
+        return batch, self.postman.take(batch)
+
+    def _queued(self, a: Agent) -> int:
+        """Hook: how many messages wait for ``a``."""
+        return len(a.inbox)
 
     def _on_batch(self, a: Agent, batch: Batch) -> Effects:
         try:
@@ -266,7 +290,7 @@ class LiveRuntime:
         scale; ``wall_s`` is the whole of ``run()`` (setting up and tearing down
         included)."""
         ledger = self.ledger
-        leftover = max((len(a.inbox) for a in self.agents), default=0)
+        leftover = max(map(self._queued, self.agents), default=0)
         ledger.peak_queue_depth = max(ledger.peak_queue_depth, leftover)
         ledger.virtual_time_s = max(0.0, self._end - self._t0) / self.time_scale
         ledger.wall_s = self._wall

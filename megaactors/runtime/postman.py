@@ -18,20 +18,38 @@ from megaactors.ledger import Ledger
 from megaactors.messages import ADMIN, HIERARCHY, INTRA, Batch, Packet, int_size, int_size_total
 from megaactors.organisation import Organisation, RouteError
 
-__all__ = ["Postman", "check_routes"]
+__all__ = ["Postman", "check_routes", "is_broadcast"]
 
 _ID_SIZE_BOUNDS = (128, 256, 65536, 4294967296)
 _copy_bytes = attrgetter("copy_bytes")
 
 
-def check_routes(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> None:
+def is_broadcast(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> bool:
+    """True if ``recipients`` is exactly ``org.peers(sender, channel)`` (same order) on
+    the intra-group or admin channel: a broadcast to the sender's whole group(s) or
+    to every other admin. One comparison at C speed, no per-recipient lookup."""
+    if type(recipients) is not list or not recipients or type(sender) is not int or not 0 <= sender < org.n:
+        return False
+    count = len(recipients)
+    if channel == INTRA:
+        mg, ag = org.member_group[sender], org.admin_group[sender]
+        groups = org.groups
+        most = (len(groups[mg]) if mg >= 0 else 0) + (len(groups[ag]) if 0 <= ag != mg else 0)
+        return most - 2 <= count <= most and recipients == org.group_peers(sender)
+    if channel == ADMIN:
+        if org.admin_group[sender] < 0:
+            return False
+        most = len(org.admins)
+        return most - 1 <= count <= most and recipients == org.admin_peers(sender)
+    return False
+
+
+def check_routes(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> bool:
     """Raise :class:`RouteError` unless ``sender`` may reach every recipient on
     ``channel`` (vectorised for the common cases; the organisation's own check names
-    the culprit otherwise)."""
-    # a group broadcast is checked by comparing it with the sender's intra-group peers
-    big_intra = channel == INTRA and type(recipients) is list and len(recipients) > 8
-    if big_intra and 0 <= sender < org.n and recipients == org.group_peers(sender):
-        return
+    the culprit otherwise). Return :func:`is_broadcast` of the send."""
+    if is_broadcast(org, sender, recipients, channel):
+        return True
     try:
         distinct = set(recipients)
         ok = len(distinct) == len(recipients) and sender not in distinct and bool(distinct) and min(distinct) >= 0
@@ -62,6 +80,7 @@ def check_routes(org: Organisation, sender: int, recipients: Sequence[int], chan
         for r in recipients:
             org.check_route(sender, r, channel)
         raise RouteError(f"disallowed route from agent {sender} on channel {channel!r}")
+    return False
 
 
 def _uniform_id_parts(recipients: Sequence[int], first_id: int) -> list[Sequence[int]]:
@@ -81,7 +100,12 @@ class Postman:
         self.org = org
         self.ledger = ledger
         self.next_message_id = next_message_id
+        self.broadcast = False
+        """Whether the last send stamped went to every peer of its sender on its
+        channel (:func:`is_broadcast`)."""
         self._sizes = b""
+        self._group_sizes: dict[int, tuple[int, int]] = {}
+        self._admin_sizes = (0, 0)
         per_agent = ledger.per_agent
         self._sent, self._bytes_sent = per_agent["sent"], per_agent["bytes_sent"]
         self._batches, self._received = per_agent["batches"], per_agent["received"]
@@ -97,12 +121,35 @@ class Postman:
             self._sizes = table
         return self._sizes
 
+    def _members_size(self, members: list[int], cached: tuple[int, int]) -> tuple[int, int]:
+        """(count, summed id sizes) of ``members``, reusing ``cached`` while the count holds."""
+        if cached[0] != len(members):
+            cached = (len(members), sum(map(self.recipient_sizes().__getitem__, members)))
+        return cached
+
+    def _broadcast_size(self, sender: int, channel: str, count: int) -> int:
+        """Summed id sizes of the ``count`` recipients of a broadcast: the sender's
+        group(s) or the admins, less the sender itself, from per-group sums."""
+        org = self.org
+        if channel == ADMIN:
+            self._admin_sizes = listed, total = self._members_size(org.admins, self._admin_sizes)
+        else:
+            listed = total = 0
+            mg, ag = org.member_group[sender], org.admin_group[sender]
+            for g in {mg, ag} - {-1}:
+                cached = self._group_sizes.get(g, (-1, 0))
+                self._group_sizes[g] = size = self._members_size(org.groups[g], cached)
+                listed += size[0]
+                total += size[1]
+        # the sender is listed in each group it was left out of
+        return total - (listed - count) * self.recipient_sizes()[sender]
+
     def stamp(self, sender: int, send: Send, now: float) -> list[Packet]:
         """The packets of one send, routed and accounted: usually one; more when the
         message ids cross a size boundary (every copy of a packet has the same size
         but for its recipient)."""
         recipients, channel = send.recipients, send.channel
-        check_routes(self.org, sender, recipients, channel)
+        self.broadcast = check_routes(self.org, sender, recipients, channel)
         first = self.next_message_id
         packets = []
         mid = first
@@ -112,8 +159,11 @@ class Postman:
         self.next_message_id = mid
         count = mid - first
         # every envelope is the packet plus its id and its recipient
-        sizes = self.recipient_sizes()
-        nbytes = count * packets[0].overhead + int_size_total(first, mid) + sum(map(sizes.__getitem__, recipients))
+        if self.broadcast:
+            recipient_bytes = self._broadcast_size(sender, channel, count)
+        else:
+            recipient_bytes = sum(map(self.recipient_sizes().__getitem__, recipients))
+        nbytes = count * packets[0].overhead + int_size_total(first, mid) + recipient_bytes
         ledger = self.ledger
         ledger.messages += count
         ledger.bytes += nbytes
@@ -125,13 +175,15 @@ class Postman:
 
     def take(self, batch: Batch) -> int:
         """Account a batch taken from an in-queue; return its size in bytes."""
-        packets, aid = batch.packets, batch.recipient
-        size = len(packets)
-        # Batch.nbytes, inlined: this runs once per batch
-        nbytes = sum(map(_copy_bytes, packets)) + size * int_size(aid)
-        self._batches[aid] += 1
-        self._received[aid] += size
-        self._bytes_received[aid] += nbytes
-        if size > self.ledger.peak_queue_depth:
-            self.ledger.peak_queue_depth = size
+        return self.account_batch(batch.recipient, len(batch.packets), sum(map(_copy_bytes, batch.packets)))
+
+    def account_batch(self, recipient: int, count: int, copy_bytes: int) -> int:
+        """Account a batch of ``count`` messages to ``recipient`` whose packets'
+        ``copy_bytes`` sum to ``copy_bytes``; return its size in bytes."""
+        nbytes = copy_bytes + count * int_size(recipient)
+        self._batches[recipient] += 1
+        self._received[recipient] += count
+        self._bytes_received[recipient] += nbytes
+        if count > self.ledger.peak_queue_depth:
+            self.ledger.peak_queue_depth = count
         return nbytes
