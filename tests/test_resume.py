@@ -22,7 +22,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from megaactors import Effects, LLMRequest, Organisation, RunSpec, Send, SimRuntime, ToolCall
@@ -30,11 +30,12 @@ from megaactors.durable import DurableOptions, open_store, run_durable
 from megaactors.durable.checkpointing import Progress
 from megaactors.durable.state import DurableSim, StateError
 from megaactors.llm import SimulatedLLM
-from megaactors.messages import HIERARCHY
+from megaactors.messages import HIERARCHY, INTRA
 
 
 class Busy:
-    """Recruits, tool calls behind a global lock, and several rounds of notes on tree edges."""
+    """Recruits (at the start and later), tool calls behind a global lock, and several
+    rounds of notes on tree edges and of broadcasts to the whole group."""
 
     name = "busy"
 
@@ -59,14 +60,20 @@ class Busy:
 
     def on_tool(self, ctx: Any, state: list[Any], result: Any) -> Effects:
         state[1] += result.result
-        return Effects(llm=LLMRequest(new_tokens=3, stage="tool"))
+        cap = ctx.org.fanout
+        room = ctx.agent == 0 and (cap is None or len(ctx.org.children.get(0, ())) < cap)
+        return Effects(llm=LLMRequest(new_tokens=3, stage="tool"), recruits=1 if room else 0)
 
     def on_reply(self, ctx: Any, state: list[Any], reply: Any) -> Effects:
         state[0] += 1
         peers = ctx.org.tree_neighbours(ctx.agent)
         if state[0] > self.rounds or not peers:
             return Effects()
-        return Effects(sends=[Send(peers, HIERARCHY, "note", [ctx.agent, state[0], list(ctx.recruited)])])
+        sends = [Send(peers, HIERARCHY, "note", [ctx.agent, state[0], list(ctx.recruited)])]
+        group = ctx.org.group_peers(ctx.agent)
+        if group and state[0] == 1:  # once: a broadcast, whose recipients a checkpoint recomputes
+            sends.append(Send(group, INTRA, "all", [ctx.agent]))
+        return Effects(sends=sends)
 
 
 TOOLS = {"git": lambda args: args[0] * 10 + args[1]}
@@ -96,6 +103,9 @@ def _wire(x: Any) -> Any:
 
 
 @settings(max_examples=25, deadline=None)
+# agents recruited while broadcasts are in the same super-step's delta, and broadcasts without
+@example(n=3, fanout=4, rounds=3, seed=1, serial=False, cap=None, window=0.5, fulls=[False], picks=[3, 7, 11],
+         genesis=True)  # fmt: skip
 @given(
     n=st.integers(2, 25),
     fanout=st.integers(2, 4),

@@ -44,7 +44,8 @@ import numpy as np
 from megaactors.agent import AgentState
 from megaactors.behaviour import UNCHANGED, Effects, LLMRequest, Send, ToolCall
 from megaactors.llm import LLMReply, SimulatedLLM
-from megaactors.messages import CHANNELS, Packet
+from megaactors.messages import ADMIN, CHANNELS, Packet
+from megaactors.organisation import Organisation
 from megaactors.runtime.events import EventQueue
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.sim import _START, SimRuntime, _ToolInFlight
@@ -89,21 +90,45 @@ class StateError(ValueError):
 
 
 class _RecordingPostman(Postman):
-    """A postman that remembers every packet it stamps until they are collected."""
+    """A postman that remembers every packet it stamps until they are collected, and
+    which of them went to every peer of their sender on their channel."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.new_packets: list[Packet] = []
+        self.new_broadcasts: list[bool] = []
 
     def stamp(self, sender: int, send: Send, now: float) -> list[Packet]:
         packets = super().stamp(sender, send, now)
         self.new_packets += packets
+        self.new_broadcasts += [self.broadcast and len(packets) == 1] * len(packets)
         return packets
 
-    def collect(self) -> dict[str, Any]:
-        """The packets stamped since the last collection, encoded."""
-        packets, self.new_packets = self.new_packets, []
-        return _encode_packets(packets)
+    def forget(self) -> None:
+        """Drop what was stamped so far."""
+        self.new_packets, self.new_broadcasts = [], []
+
+    def collect(self, members_changed: bool) -> tuple[dict[str, Any], np.ndarray]:
+        """The packets stamped since the last collection, encoded, and the agents that
+        received them (and possibly a few more). A broadcast's recipients are left
+        out — they are its sender's peers on its channel — unless the organisation's
+        groups changed since it was sent (``members_changed``: agents were recruited)."""
+        packets, broadcasts = self.new_packets, self.new_broadcasts
+        self.forget()
+        if members_changed or not any(broadcasts):
+            encoded = _encode_packets(packets, None)
+            return encoded, np.frombuffer(encoded["recipients"], dtype=np.int64)
+        encoded = _encode_packets(packets, broadcasts)
+        org, groups, admins = self.org, set(), False
+        for p in compress(packets, broadcasts):
+            if p.channel == ADMIN:
+                admins = True
+            else:
+                groups.update((org.member_group[p.sender], org.admin_group[p.sender]))
+        groups.discard(-1)
+        lists = [org.groups[g] for g in groups] + ([org.admins] if admins else [])
+        receivers = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=sum(map(len, lists)))
+        return encoded, np.concatenate([np.frombuffer(encoded["recipients"], dtype=np.int64), receivers])
 
 
 # ---------------------------------------------------------------------- value codecs
@@ -154,15 +179,22 @@ def _spread(values: list[Any], n: int) -> Iterable[Any]:
     return repeat(values[0], n) if len(values) == 1 else values
 
 
-def _encode_packets(packets: list[Packet]) -> dict[str, Any]:
+def _encode_packets(packets: list[Packet], broadcasts: list[bool] | None) -> dict[str, Any]:
     """Packets by column: numbers in packed arrays (the recipients of all of them in
     one, with a count per packet), the rest in lists (channels, kinds and parents
-    by :func:`_uniform`)."""
+    by :func:`_uniform`). A packet flagged in ``broadcasts`` went to every peer of its
+    sender on its channel: its recipients are not stored (count -1)."""
     columns = list(zip(*map(_PACKET, packets), strict=True)) or [()] * 8
     first_id, sender, channel, kind, payload, parent, sent_at, overhead = columns
     lists = list(map(_RECIPIENTS, packets))
+    if broadcasts is not None:
+        lists = [() if b else r for r, b in zip(lists, broadcasts, strict=True)]
     count = array("q", map(len, lists))
-    recipients = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=sum(count))
+    if broadcasts is not None:
+        for i in compress(range(len(broadcasts)), broadcasts):
+            count[i] = -1
+    lists = [r for r in lists if r]
+    recipients = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=sum(map(len, lists)))
     return {
         "first_id": array("q", first_id).tobytes(),
         "sender": array("q", sender).tobytes(),
@@ -177,12 +209,24 @@ def _encode_packets(packets: list[Packet]) -> dict[str, Any]:
     }
 
 
-def _decode_packets(v: dict[str, Any]) -> list[Packet]:
+def _decode_packets(v: dict[str, Any], org: Organisation) -> list[Packet]:
+    """The packets of :func:`_encode_packets`; a broadcast's recipients are its
+    sender's peers on its channel in ``org`` (as it was when the packets were sent)."""
     recipients = array("q", v["recipients"]).tolist()
     counts = array("q", v["count"])
-    ends = list(accumulate(counts))
+    ends = list(accumulate(max(c, 0) for c in counts))
     return [
-        Packet(sender, channel, kind, payload, parent, sent_at, first_id, recipients[end - count : end], overhead)
+        Packet(
+            sender,
+            channel,
+            kind,
+            payload,
+            parent,
+            sent_at,
+            first_id,
+            recipients[end - count : end] if count >= 0 else org.peers(sender, channel),
+            overhead,
+        )
         for first_id, sender, channel, kind, payload, parent, sent_at, overhead, count, end in zip(
             array("q", v["first_id"]),
             array("q", v["sender"]),
@@ -340,7 +384,7 @@ class DurableSim(SimRuntime):
             n=len(agents),
             agents=self._agent_rows(list(range(len(agents))), None),
             awake=bytes(self._awake),
-            packets=_encode_packets([p for _, p in sorted(live.items())]),
+            packets=_encode_packets([p for _, p in sorted(live.items())], None),
             ledger_columns={c: col.tobytes() for c, col in self._ledger_columns().items()},
             trace=self._trace_rows((0, 0)),
             recruits=list(self.recruits),
@@ -372,7 +416,7 @@ class DurableSim(SimRuntime):
         llm_at_mark[: len(self._llm_at_mark)] = self._llm_at_mark
         llm_at_mark[at] = False
         llm_at_mark[at[np.frombuffer(rows["llm"][0], dtype=np.int64)]] = True
-        packets = self.postman.collect()
+        packets, receivers = self.postman.collect(members_changed=len(self.recruits) != self._shadow_recruits)
         # a head moves when an agent takes its queue (it changed) or when a queue that
         # was empty fills up while its agent is busy (awake): only those are looked at
         shadow = self._shadow_heads
@@ -382,7 +426,7 @@ class DurableSim(SimRuntime):
         heads = np.frombuffer(shadow, dtype=np.int64)
         heads[at] = np.frombuffer(rows["heads"], dtype=np.int64)
         filled = np.zeros(len(agents), dtype=bool)
-        filled[np.frombuffer(packets["recipients"], dtype=np.int64)] = True
+        filled[receivers] = True
         filled &= (heads == -1) & (awake == 1) & ~changed
         del heads
         head_ids = np.flatnonzero(filled).tolist()
@@ -426,7 +470,7 @@ class DurableSim(SimRuntime):
         self._active = set()
         self._event_log = []
         self._shadow_started = set(self._start_effects)
-        self.postman.new_packets = []
+        self.postman.forget()
 
     def _ledger_columns(self) -> dict[str, array[Any]]:
         return {**self.ledger.per_agent, "cost": self.ledger.cost_per_agent}
@@ -485,13 +529,10 @@ class DurableSim(SimRuntime):
         at = list(compress(range(len(ids)), map(is_, map(type, pending), repeat(tuple))))
         flying = list(map(pending.__getitem__, at))
         replies = list(map(_SECOND, flying))
-        pending_events, where = self._event_positions()
-        found = where[list(map(ids.__getitem__, at))]
-        if len(found) and found.min() < 0:
-            raise StateError(f"agent {ids[at[int(np.argmin(found))]]} waits for an LLM reply that is not scheduled")
-        events = list(map(pending_events.__getitem__, found.tolist()))
+        events = list(map(_THIRD, flying))  # each call in flight holds its event
         other: dict[int, Any] = {}
         if len(at) + pending.count(None) != len(pending):
+            pending_events, where = self._event_positions()
             for i, p in enumerate(pending):
                 if p is None or type(p) is tuple:
                     continue
@@ -600,7 +641,7 @@ class DurableSim(SimRuntime):
             self._append_trace(d["trace"], fresh=False)
             for aid in d["started"]:
                 self._start_effects.pop(aid, None)
-            for p in _decode_packets(d["packets"]):
+            for p in _decode_packets(d["packets"], self.org):
                 packets[p.first_id] = p
         if len(chain) > 1 or base["kind"] == "full":
             self._load_common(chain[-1])
@@ -621,7 +662,7 @@ class DurableSim(SimRuntime):
         self._load_rows(base["agents"], heads)
         self._append_trace(base["trace"], fresh=True)
         self._start_effects = {int(k): _decode_effects(v) for k, v in base["start_effects"].items()}
-        for p in _decode_packets(base["packets"]):
+        for p in _decode_packets(base["packets"], self.org):
             packets[p.first_id] = p
         return heads
 
@@ -674,7 +715,7 @@ class DurableSim(SimRuntime):
         ):
             a = agents[ids[i]]
             request = LLMRequest(n, output_tokens, stage)
-            a.pending = (n, complete(a.id, a.calls - 1, request, sum(a.memory), n))
+            a.pending = (n, complete(a.id, a.calls - 1, request, sum(a.memory), n), (t, seq, a.id))
             flight[a.id] = (t, seq)
         for i, p in rows["other"].items():
             a = agents[ids[int(i)]]

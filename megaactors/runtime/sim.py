@@ -323,9 +323,10 @@ class SimRuntime:
         reply = self.llm.complete(a.id, a.calls, request, sum(a.memory), new_tokens)
         a.calls += 1
         self.ledger.record_llm(a.id, reply)
-        a.pending = (new_tokens, reply)
         self._seq += 1
-        self._events.push((self.now + reply.latency_s, self._seq, a.id))
+        event = (self.now + reply.latency_s, self._seq, a.id)
+        a.pending = (new_tokens, reply, event)
+        self._events.push(event)
 
     def _complete(self, a: Agent) -> None:
         """An LLM call or a tool call of ``a`` finished now."""
@@ -335,7 +336,7 @@ class SimRuntime:
             self._tool_done(a, pending)
             return
         self._in_flight -= 1
-        new_tokens, reply = pending
+        new_tokens, reply, _ = pending
         if self._llm_waiting:
             nxt = self._llm_waiting.popleft()
             self._call_llm(nxt, nxt.pending)
