@@ -60,6 +60,8 @@ ToolGate = Callable[[int, int, ToolCall, Callable[[], Any]], Any]
 _AGENT = tuple(map(attrgetter, ("state", "data", "batch_tokens", "pending", "outbox", "inbox")))
 _PACKET = attrgetter("first_id", "sender", "channel", "kind", "payload", "parent", "sent_at", "overhead")
 _RECIPIENTS = attrgetter("recipients")
+_SENDER = attrgetter("sender")
+_CHANNEL = attrgetter("channel")
 _MEMORY = attrgetter("memory")
 _INBOX = attrgetter("inbox")
 _FIRST_ID = attrgetter("first_id")
@@ -119,14 +121,13 @@ class _RecordingPostman(Postman):
             encoded = _encode_packets(packets, None)
             return encoded, np.frombuffer(encoded["recipients"], dtype=np.int64)
         encoded = _encode_packets(packets, broadcasts)
-        org, groups, admins = self.org, set(), False
-        for p in compress(packets, broadcasts):
-            if p.channel == ADMIN:
-                admins = True
-            else:
-                groups.update((org.member_group[p.sender], org.admin_group[p.sender]))
+        # every member of a group or admins' channel that was broadcast to (a few more
+        # than received: the groups of admins' senders too)
+        org, flagged = self.org, list(compress(packets, broadcasts))
+        senders = list(map(_SENDER, flagged))
+        groups = set(map(org.member_group.__getitem__, senders)) | set(map(org.admin_group.__getitem__, senders))
         groups.discard(-1)
-        lists = [org.groups[g] for g in groups] + ([org.admins] if admins else [])
+        lists = [org.groups[g] for g in groups] + ([org.admins] if ADMIN in map(_CHANNEL, flagged) else [])
         receivers = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=sum(map(len, lists)))
         return encoded, np.concatenate([np.frombuffer(encoded["recipients"], dtype=np.int64), receivers])
 
