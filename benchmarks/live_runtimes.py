@@ -8,7 +8,10 @@ calls, so that only the runtime's own work is timed.
 * pykka: the pykka runtime (ledger, state machine, batches, one LLM call per batch)
   against bare pykka actors that ``tell`` the same messages to the same peers and
   count what they receive. Both are timed over the whole run, starting and stopping
-  the actors included. Target: at most 1.3x the bare wall time.
+  the actors included. Target: at most 1.3x the bare wall time. The bare loop runs
+  under the interpreter settings the runtime gives itself (the collector quieted,
+  the thread switch interval at ``SWITCH_INTERVAL``), so that only the runtime's
+  own work differs.
 * asyncio: the asyncio runtime against bare tasks with one ``asyncio.Queue`` each,
   ``put_nowait`` to the same peers and ``await get()`` of everything expected, on the
   same event loop kind. Target: at least 0.7x the bare throughput (messages/s).
@@ -32,6 +35,7 @@ from megaactors.behaviours.chat_round import mesh_channels
 from megaactors.runtime import AsyncioRuntime, PykkaRuntime
 from megaactors.runtime.aio import new_event_loop
 from megaactors.runtime.gc_tuning import quiet_gc
+from megaactors.runtime.threads import SWITCH_INTERVAL, switch_interval
 
 ZERO_LATENCY = LatencyModel(median_s=0.0, sigma=0.0, per_output_token_s=0.0)
 
@@ -87,7 +91,7 @@ class _BareActor(pykka.ThreadingActor):
 
 def bare_pykka(org: Organisation, rounds: int) -> tuple[float, int]:
     peers = peers_of(org)
-    with quiet_gc():
+    with quiet_gc(), switch_interval(SWITCH_INTERVAL):
         t0 = time.perf_counter()
         world: dict[str, Any] = {"lock": threading.Lock(), "left": org.n, "done": threading.Event(), "refs": []}
         world["refs"] = [_BareActor.start(peers[a], rounds, world) for a in range(org.n)]

@@ -1,12 +1,17 @@
 """The pykka runtime: every agent is a pykka ``ThreadingActor`` with its own thread.
 
 An agent's in-queue is its actor's inbox; its out-queue is flushed to the
-recipients with ``tell`` (one reference to the packet per recipient). When a
-message reaches an Idle agent, the actor takes it and everything queued behind it
-as one batch; messages that arrive while it is Processing wait in the inbox for
-the next batch. A simulated LLM call or a tool call blocks the agent's thread for
-``latency_s * time_scale`` wall seconds. Postman, ledger, trace and organisation
-are shared by all threads and touched under one lock.
+recipients as ``tell`` does it (one envelope per packet, a reference to it put in
+each recipient's inbox under the inbox's mutex, the recipient woken if it waits).
+When a message reaches an Idle agent, the actor takes it and everything queued
+behind it as one batch; messages that arrive while it is Processing wait in the
+inbox for the next batch, which it takes as it leaves Response (delivering,
+accounting and taking the batch under one acquisition of the shared lock). A
+simulated LLM call or a tool call blocks the agent's thread for ``latency_s *
+time_scale`` wall seconds. Postman, ledger, trace and organisation are shared by
+all threads and touched under one lock. While a run executes, the interpreter's
+thread switch interval is :data:`SWITCH_INTERVAL` (restored afterwards;
+``switch_interval=None`` leaves it alone).
 
 All actors are started before any of them runs its start effects (a barrier), so
 every recipient exists when the first message is sent. The run ends when every
@@ -30,33 +35,56 @@ and a star chat round of 21,632 agents ran there (the next thread beyond about
 from __future__ import annotations
 
 import contextlib
+import math
 import queue
 import resource
+import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pykka
 
+try:  # sharing one envelope among a packet's recipients saves an allocation per copy
+    from pykka._envelope import Envelope
+except ImportError:  # pragma: no cover - another pykka layout: plain tells
+    Envelope = None  # type: ignore[assignment,misc]
+
 from megaactors.agent import IDLE, PROCESSING, RESPONSE, Agent, AgentState
 from megaactors.behaviour import Behaviour, Effects, LLMRequest, ToolCall
-from megaactors.messages import Packet
+from megaactors.messages import Batch, Packet
 from megaactors.organisation import Organisation
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.live import DEFAULT_TIME_SCALE, LiveRuntime
 from megaactors.runtime.result import RunResult
 from megaactors.spec import ParameterError
 
-__all__ = ["MAPS_PER_THREAD", "THREAD_RESERVE", "PykkaRuntime", "check_thread_capacity", "thread_capacity"]
+__all__ = [
+    "MAPS_PER_THREAD",
+    "SWITCH_INTERVAL",
+    "THREAD_RESERVE",
+    "PykkaRuntime",
+    "check_thread_capacity",
+    "switch_interval",
+    "thread_capacity",
+]
 
 THREAD_RESERVE = 128
 """Threads left to the rest of the machine when computing the capacity."""
 MAPS_PER_THREAD = 3
 """Memory mappings a thread adds to the process (its stack, its guard page, and
 allocator arenas): measured 2.2 for the first thousand pykka actors, 3.0 after."""
+
+SWITCH_INTERVAL = 0.05
+"""The interpreter's thread switch interval during a run, in seconds (CPython's
+default is 0.005). With hundreds of woken actor threads always waiting for the
+GIL, the default preempts an agent in the middle of a batch every 5 ms, and the
+messages it was about to send wait until it gets the GIL back; agents give the
+GIL up anyway whenever they wait (for a message, a simulated call, a lock), so a
+longer interval only bounds how long a busy stretch may run uninterrupted."""
 
 _PROC = Path("/proc")
 
@@ -153,6 +181,21 @@ def check_thread_capacity(agents: int) -> None:
         )
 
 
+@contextlib.contextmanager
+def switch_interval(seconds: float | None) -> Iterator[None]:
+    """The interpreter's thread switch interval set to ``seconds`` for the block
+    (``None``: left as it is), restored afterwards."""
+    if seconds is None:
+        yield
+        return
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
 def _place(items: list[Any], index: int, value: Any) -> None:
     """``items[index] = value``, growing ``items`` with ``None`` as needed."""
     if index >= len(items):
@@ -239,6 +282,7 @@ class _AgentActor(pykka.ThreadingActor):
         self.thread: threading.Thread | None = None
         with runtime._lock:
             _place(runtime.actors, agent.id, self)
+            _place(runtime.inboxes, agent.id, self.actor_inbox if type(self.actor_inbox) is queue.Queue else None)
 
     def on_start(self) -> None:
         self.thread = threading.current_thread()
@@ -254,7 +298,12 @@ class _AgentActor(pykka.ThreadingActor):
             return
         a = self.agent
         a.inbox.append(message)
-        rt.guarded(a, None, woken=True)
+        try:
+            rt._activate(a, None, True)
+        except _Aborted:
+            return
+        except Exception as exc:
+            rt._fail(exc)
 
 
 class PykkaRuntime(LiveRuntime):
@@ -274,7 +323,14 @@ class PykkaRuntime(LiveRuntime):
         trace: bool = True,
         tools: dict[str, Callable[[Any], Any]] | None = None,
         time_scale: float = DEFAULT_TIME_SCALE,
+        switch_interval: float | None = SWITCH_INTERVAL,
     ) -> None:
+        if switch_interval is not None and (
+            not isinstance(switch_interval, (int, float))
+            or isinstance(switch_interval, bool)
+            or not 0 < switch_interval < math.inf
+        ):
+            raise ParameterError(f"switch interval must be a finite number of seconds > 0, got {switch_interval!r}")
         check_thread_capacity(org.n)
         super().__init__(
             org,
@@ -294,18 +350,23 @@ class PykkaRuntime(LiveRuntime):
         self.done = threading.Event()
         self.actors: list[_AgentActor] = []
         self.refs: list[pykka.ActorRef[Any]] = []
+        self.inboxes: list[queue.Queue[Any] | None] = []
+        """Each actor's inbox if it is a plain ``queue.Queue`` (filled and drained
+        directly, under its own mutex), else ``None`` (``tell`` and ``get``)."""
         self._outstanding = 0
         """Messages not yet taken plus agents not Idle: the run is over at 0."""
         self._semaphore = threading.BoundedSemaphore(max_concurrent_llm) if max_concurrent_llm else None
         self._token = _SerialToken() if serial else None
         self._tool_locks: dict[str, _FifoLock] = {}
+        self.switch_interval = switch_interval
+        """The interpreter's thread switch interval while :meth:`run` runs (``None``: unchanged)."""
 
     # ------------------------------------------------------------------ driving
 
     def run(self) -> RunResult:
         """Start one actor per agent, run until every agent is Idle, stop them all."""
         wall0 = time.perf_counter()
-        with quiet_gc():
+        with quiet_gc(), switch_interval(self.switch_interval):
             starts = self._start_effects()
             self._outstanding = sum(1 for eff in starts if eff is not None)
             try:
@@ -340,20 +401,16 @@ class PykkaRuntime(LiveRuntime):
             _place(self.refs, a.id, ref)
 
     def _stop_actors(self) -> None:
+        """Tell every actor to stop, then wait for each thread to end."""
         if self._token is not None:
             self._token.wake_all()
-        futures = []
-        for ref in self.refs:
-            try:
-                futures.append(ref.stop(block=False))
-            except pykka.ActorDeadError:
-                continue
-        for fut in futures:
-            try:
-                fut.get(timeout=60)
-            except (pykka.ActorDeadError, pykka.Timeout):
-                continue
-        for actor in self.actors:
+        started = [actor for actor, ref in zip(self.actors, self.refs, strict=False) if ref is not None]
+        for actor in started:
+            with contextlib.suppress(pykka.ActorDeadError):
+                actor.stop()
+        for actor in started:
+            if actor.thread is None:  # not yet in on_start: once stopped, it has been
+                actor.actor_stopped.wait(timeout=60)
             if actor.thread is not None:
                 actor.thread.join(timeout=60)
 
@@ -399,12 +456,18 @@ class PykkaRuntime(LiveRuntime):
     def _drain(self, a: Agent) -> None:
         """Move everything waiting in the actor's inbox into the agent's in-queue, in
         one go under the queue's own mutex."""
-        inbox = self.actors[a.id].actor_inbox
-        if type(inbox) is queue.Queue:
+        inbox = self.inboxes[a.id]
+        if inbox is not None:
             with inbox.mutex:
+                if not inbox.queue:
+                    return
                 waiting = list(inbox.queue)
                 inbox.queue.clear()
+            if not self.done.is_set():  # before the end only packets are sent
+                a.inbox += [envelope.message for envelope in waiting]
+                return
         else:  # another inbox implementation: one message at a time
+            inbox = self.actors[a.id].actor_inbox
             waiting = []
             with contextlib.suppress(queue.Empty):
                 while True:
@@ -417,35 +480,45 @@ class PykkaRuntime(LiveRuntime):
             else:  # a stop request: leave it for the actor loop
                 inbox.put(envelope)
 
+    def _take(self, a: Agent, woken: bool) -> Batch:
+        """Enter Processing with everything queued for ``a`` as one batch (one lock)."""
+        self._drain(a)
+        with self._lock:
+            a.transition(PROCESSING, self.now() if self.trace is not None else 0.0, self.trace)
+            batch = self._take_batch(a)
+            self._outstanding += woken - len(batch)  # busy from now on, batch taken
+        return batch
+
     def _activate(self, a: Agent, eff: Effects | None, woken: bool) -> None:
         token = self._token
+        traced = self.trace is not None
+        batch: Batch | None = None
         while True:
             if token is not None:
                 token.acquire(a)
-            self._check()
-            self._move(a, PROCESSING)
+            if self.error is not None:
+                raise _Aborted
             if eff is None:
-                self._drain(a)
-                with self._lock:
-                    batch = self._take_batch(a)
-                    self._outstanding += woken - len(batch)  # busy from now on, batch taken
-                woken = False
+                if batch is None:
+                    batch = self._take(a, woken)
+                    woken = False
                 eff = self._on_batch(a, batch)
+                batch = None
+            else:
+                self._move(a, PROCESSING)
             wait = self._apply(a, eff)
             while wait is not None:
                 eff = self._call_llm(a, wait) if type(wait) is LLMRequest else self._call_tool(a, wait)  # type: ignore[arg-type]
                 self._check()
                 wait = self._apply(a, eff)
             eff = None
-            self._move(a, RESPONSE)
-            if a.outbox:
-                self._deliver(a)
+            if traced:
+                self._move(a, RESPONSE)
+            else:  # only the agent's own state changes
+                a.transition(RESPONSE, 0.0, None)
             self._drain(a)
-            if not a.inbox:
-                with self._lock:
-                    a.transition(IDLE, self.now() if self.trace is not None else 0.0, self.trace)
-                    self._outstanding -= 1
-                    finished = not self._outstanding
+            batch, finished = self._respond(a, pretake=token is None)
+            if a.state is IDLE:
                 if token is not None:
                     token.release(a)
                 if finished:
@@ -455,17 +528,45 @@ class PykkaRuntime(LiveRuntime):
                 self._move(a, IDLE)
                 token.release(a)
 
-    def _deliver(self, a: Agent) -> None:
-        """Flush the out-queue: ``tell`` each recipient a reference to the packet."""
-        refs = self.refs
+    def _respond(self, a: Agent, pretake: bool) -> tuple[Batch | None, bool]:
+        """Deliver the out-queue and leave Response, all accounted under one lock: to
+        Idle if nothing waits, else (``pretake``) to Processing with the next batch.
+        Returns that batch and whether the run is over."""
+        sends = a.outbox
+        batch = None
         with self._lock:
-            stamp, now, sender = self.postman.stamp, self.now(), a.id
-            packets = [p for send in a.outbox for p in stamp(sender, send, now)]
-            self._outstanding += sum(len(p.recipients) for p in packets)
-        a.outbox = []
+            trace = self.trace
+            now = self.now() if trace is not None or sends else 0.0
+            packets: list[Packet] = []
+            if sends:
+                stamp, sender = self.postman.stamp, a.id
+                for send in sends:
+                    packets += stamp(sender, send, now)
+                self._outstanding += sum(len(p.recipients) for p in packets)
+            if not a.inbox:
+                a.transition(IDLE, now, trace)
+                self._outstanding -= 1
+            elif pretake:
+                a.transition(PROCESSING, now, trace)
+                batch = self._take_batch(a)
+                self._outstanding -= len(batch)
+            finished = not self._outstanding
+        if sends:
+            a.outbox = []
+            self._post(packets)
+        return batch, finished
+
+    def _post(self, packets: list[Packet]) -> None:
+        """Put each packet in each of its recipients' inboxes, as ``tell`` does."""
+        inboxes, refs = self.inboxes, self.refs
         for packet in packets:
+            envelope = Envelope(packet) if Envelope is not None else None
             for r in packet.recipients:
-                refs[r].tell(packet)
+                inbox = inboxes[r]
+                if inbox is None or envelope is None:
+                    refs[r].tell(packet)
+                    continue
+                inbox.put_nowait(envelope)
 
     def _call_llm(self, a: Agent, request: LLMRequest) -> Effects:
         semaphore = self._semaphore
@@ -475,15 +576,22 @@ class PykkaRuntime(LiveRuntime):
                 semaphore.release()
                 raise _Aborted
         try:
+            new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
+            reply = self.llm.complete(a.id, a.calls, request, sum(a.memory), new_tokens)  # pure: no lock
+            a.calls += 1
+            delay = reply.latency_s * self.time_scale
             with self._lock:
                 self._llm_started()
-                new_tokens, reply = self._issue_llm(a, request)
-            delay = reply.latency_s * self.time_scale
+                self.ledger.record_llm(a.id, reply)
+                if delay <= 0:  # nothing to wait for: the call is over at once
+                    self._in_flight -= 1
             if delay > 0:
-                time.sleep(delay)
+                try:
+                    time.sleep(delay)
+                finally:
+                    with self._lock:
+                        self._in_flight -= 1
         finally:
-            with self._lock:
-                self._in_flight -= 1
             if semaphore is not None:
                 semaphore.release()
         self._check()

@@ -1,0 +1,133 @@
+"""The pykka runtime's own paths: a message that arrives while its recipient is busy
+is taken as the recipient leaves Response, zero-latency LLM calls are never in
+flight together, stopping joins every actor thread, and the interpreter's switch
+interval is the runtime's own during a run and restored after it."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+import pykka
+import pytest
+
+from megaactors import (
+    BehaviourError,
+    ChatRound,
+    Effects,
+    LatencyModel,
+    LLMRequest,
+    Organisation,
+    ParameterError,
+    Send,
+    SimulatedLLM,
+)
+from megaactors.messages import INTRA
+from megaactors.runtime import PykkaRuntime
+from megaactors.runtime.threads import SWITCH_INTERVAL
+
+
+def fixed_llm(latency_s: float) -> SimulatedLLM:
+    return SimulatedLLM(latency=LatencyModel(median_s=latency_s, sigma=0.0, per_output_token_s=0.0))
+
+
+class BusyThenNudged:
+    """Agent 0 starts with an LLM call; agent 1 sends it one message at once, which
+    lands while agent 0 waits for its reply."""
+
+    name = "busy-then-nudged"
+
+    def init(self, agent, org):
+        return 0
+
+    def on_start(self, ctx, state):
+        if ctx.agent == 0:
+            return Effects(llm=LLMRequest(new_tokens=10))
+        return Effects(sends=[Send((0,), INTRA, "nudge", ctx.agent)])
+
+    def on_batch(self, ctx, state, batch):
+        return Effects(state=state + len(batch))
+
+    def on_reply(self, ctx, state, reply):
+        return Effects()
+
+
+def test_a_message_that_lands_while_busy_is_the_next_batch_without_going_idle() -> None:
+    result = PykkaRuntime(Organisation.flat(2), BusyThenNudged(), fixed_llm(5.0), time_scale=0.01).run()
+    assert result.states == [1, 0]
+    assert list(result.ledger.per_agent["batches"]) == [1, 0]
+    moves = [(frm, to) for agent, frm, to, _ in result.trace.transitions() if agent == 0]
+    assert moves == [
+        ("IDLE", "PROCESSING"),
+        ("PROCESSING", "RESPONSE"),
+        ("RESPONSE", "PROCESSING"),  # the nudge, taken on the way out of Response
+        ("PROCESSING", "RESPONSE"),
+        ("RESPONSE", "IDLE"),
+    ]
+    reply_at = next(t for agent, _, to, t in result.trace.transitions() if agent == 0 and to == "RESPONSE")
+    assert list(result.trace.b_agent) == [0] and result.trace.b_time[0] >= reply_at >= 5.0
+
+
+def test_zero_latency_calls_are_never_in_flight_together() -> None:
+    org = Organisation.two_tier(60, 6)
+    result = PykkaRuntime(org, ChatRound(rounds=2), fixed_llm(0.0), trace=False).run()
+    assert result.ledger.llm_calls > org.n
+    assert result.ledger.peak_llm_in_flight == 1
+    slow = PykkaRuntime(Organisation.two_tier(60, 6), ChatRound(rounds=2), fixed_llm(1.0), time_scale=0.005).run()
+    assert slow.ledger.peak_llm_in_flight > 1
+
+
+def test_stopping_joins_every_actor_thread() -> None:
+    before = set(threading.enumerate())
+    runtime = PykkaRuntime(Organisation.two_tier(40, 5), ChatRound(rounds=1), fixed_llm(0.0))
+    runtime.run()
+    threads = [actor.thread for actor in runtime.actors]
+    assert len(threads) == 40 and all(t is not None and not t.is_alive() for t in threads)
+    assert all(actor.actor_stopped.is_set() for actor in runtime.actors)
+    assert set(threading.enumerate()) == before
+    assert pykka.ActorRegistry.get_all() == []
+
+
+class SeesSwitchInterval:
+    """Every agent records the interpreter's switch interval from its own thread."""
+
+    name = "sees-switch-interval"
+
+    def init(self, agent, org):
+        return None
+
+    def on_start(self, ctx, state):
+        return Effects(sends=[Send(tuple(p for p in range(ctx.org.n) if p != ctx.agent), INTRA, "hi", ctx.agent)])
+
+    def on_batch(self, ctx, state, batch):
+        return Effects(state=sys.getswitchinterval())
+
+    def on_reply(self, ctx, state, reply):
+        return Effects()
+
+
+@pytest.mark.parametrize("interval", [SWITCH_INTERVAL, 0.02, None])
+def test_the_switch_interval_holds_during_the_run_and_is_restored(interval: float | None) -> None:
+    before = sys.getswitchinterval()
+    result = PykkaRuntime(Organisation.flat(4), SeesSwitchInterval(), switch_interval=interval).run()
+    assert result.states == pytest.approx([before if interval is None else interval] * 4)  # kept in microseconds
+    assert sys.getswitchinterval() == before
+
+
+def test_the_switch_interval_is_restored_when_an_agent_fails() -> None:
+    before = sys.getswitchinterval()
+
+    class Fails(SeesSwitchInterval):
+        def on_batch(self, ctx, state, batch):
+            raise ValueError("unreadable")
+
+    with pytest.raises(BehaviourError, match="unreadable"):
+        PykkaRuntime(Organisation.flat(4), Fails()).run()
+    assert sys.getswitchinterval() == before
+
+
+@pytest.mark.parametrize("bad", [0, -0.01, float("inf"), float("nan"), "0.05", True])
+def test_a_bad_switch_interval_is_refused(bad: Any) -> None:
+    with pytest.raises(ParameterError, match="switch interval"):
+        PykkaRuntime(Organisation.flat(2), ChatRound(), switch_interval=bad)
