@@ -298,12 +298,7 @@ class _AgentActor(pykka.ThreadingActor):
             return
         a = self.agent
         a.inbox.append(message)
-        try:
-            rt._activate(a, None, True)
-        except _Aborted:
-            return
-        except Exception as exc:
-            rt._fail(exc)
+        rt.guarded(a, None, woken=True)
 
 
 class PykkaRuntime(LiveRuntime):
