@@ -413,7 +413,7 @@ class AsyncioRuntime(LiveRuntime):
             if self._async_llm:
                 args = self._llm_args(a, request)
                 reply = await self.llm.acomplete(*args)
-                self._record_async_reply(a, reply)
+                self._record_llm(a, reply)
                 new_tokens = args[-1]
             else:
                 new_tokens, reply = self._issue_llm(a, request)

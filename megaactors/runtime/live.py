@@ -231,22 +231,27 @@ class LiveRuntime:
         """Hook: give a recruited agent whatever carries it (a task, a thread)."""
         raise NotImplementedError
 
-    def _issue_llm(self, a: Agent, request: LLMRequest) -> tuple[int, LLMReply]:
-        """A simulated call, accounted: its reply (due after ``reply.latency_s``)."""
-        new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
-        reply = self.llm.complete(a.id, a.calls, request, sum(a.memory), new_tokens)
-        a.calls += 1
-        self.ledger.record_llm(a.id, reply)
-        return new_tokens, reply
-
     def _llm_args(self, a: Agent, request: LLMRequest) -> tuple[int, int, LLMRequest, int, int]:
-        """Arguments of ``llm.acomplete`` for a real endpoint."""
+        """Arguments of ``llm.complete`` or ``llm.acomplete`` for ``a``'s next call."""
         new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
         return a.id, a.calls, request, sum(a.memory), new_tokens
 
-    def _record_async_reply(self, a: Agent, reply: LLMReply) -> None:
+    def _draw_llm(self, a: Agent, request: LLMRequest) -> tuple[int, LLMReply]:
+        """A simulated call's new tokens and reply, not yet accounted: a pure function
+        of the agent's record (no lock needed)."""
+        args = self._llm_args(a, request)
+        return args[-1], self.llm.complete(*args)
+
+    def _record_llm(self, a: Agent, reply: LLMReply) -> None:
+        """Account a call of ``a`` that was made (its next call gets the next index)."""
         a.calls += 1
         self.ledger.record_llm(a.id, reply)
+
+    def _issue_llm(self, a: Agent, request: LLMRequest) -> tuple[int, LLMReply]:
+        """A simulated call, accounted: its reply (due after ``reply.latency_s``)."""
+        new_tokens, reply = self._draw_llm(a, request)
+        self._record_llm(a, reply)
+        return new_tokens, reply
 
     def _llm_started(self) -> None:
         self._in_flight += 1

@@ -571,13 +571,11 @@ class PykkaRuntime(LiveRuntime):
                 semaphore.release()
                 raise _Aborted
         try:
-            new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
-            reply = self.llm.complete(a.id, a.calls, request, sum(a.memory), new_tokens)  # pure: no lock
-            a.calls += 1
+            new_tokens, reply = self._draw_llm(a, request)  # pure: no lock
             delay = reply.latency_s * self.time_scale
             with self._lock:
                 self._llm_started()
-                self.ledger.record_llm(a.id, reply)
+                self._record_llm(a, reply)
                 if delay <= 0:  # nothing to wait for: the call is over at once
                     self._in_flight -= 1
             if delay > 0:
