@@ -1,7 +1,9 @@
-"""The pykka runtime's own paths: a message that arrives while its recipient is busy
-is taken as the recipient leaves Response, zero-latency LLM calls are never in
-flight together, stopping joins every actor thread, and the interpreter's switch
-interval is the runtime's own during a run and restored after it."""
+"""The pykka runtime's own paths: every agent's start effects run before any agent
+takes a batch (without waiting for the calls they start), a message that arrives
+while its recipient is busy is taken as the recipient leaves Response, zero-latency
+LLM calls are never in flight together, stopping joins every actor thread, and the
+interpreter's switch interval is the runtime's own during a run and restored after
+it."""
 
 from __future__ import annotations
 
@@ -30,6 +32,51 @@ from megaactors.runtime.threads import SWITCH_INTERVAL
 
 def fixed_llm(latency_s: float) -> SimulatedLLM:
     return SimulatedLLM(latency=LatencyModel(median_s=latency_s, sigma=0.0, per_output_token_s=0.0))
+
+
+class HelloAll:
+    """Every agent greets every other at start and counts what each batch holds;
+    agents in ``callers`` first make an LLM call (the greeting follows its reply)."""
+
+    name = "hello-all"
+
+    def __init__(self, callers: tuple[int, ...] = ()) -> None:
+        self.callers = callers
+
+    def init(self, agent, org):
+        return []
+
+    def _hello(self, ctx):
+        return Effects(sends=[Send(tuple(p for p in range(ctx.org.n) if p != ctx.agent), INTRA, "hello", ctx.agent)])
+
+    def on_start(self, ctx, state):
+        return Effects(llm=LLMRequest(new_tokens=10)) if ctx.agent in self.callers else self._hello(ctx)
+
+    def on_batch(self, ctx, state, batch):
+        return Effects(state=[*state, len(batch)])
+
+    def on_reply(self, ctx, state, reply):
+        return self._hello(ctx) if ctx.agent in self.callers and reply.call_index == 0 else Effects()
+
+
+def test_every_start_effect_is_delivered_before_any_agent_takes_a_batch() -> None:
+    n = 40
+    result = PykkaRuntime(Organisation.flat(n), HelloAll(), fixed_llm(0.0), trace=False).run()
+    assert result.states == [[n - 1]] * n  # one batch each, holding every greeting
+    assert list(result.ledger.per_agent["batches"]) == [1] * n
+
+
+@pytest.mark.parametrize("cap", [None, 1])
+def test_a_start_effect_that_waits_does_not_hold_the_others_back(cap: int | None) -> None:
+    n, callers = 12, (0, 1)
+    runtime = PykkaRuntime(
+        Organisation.flat(n), HelloAll(callers), fixed_llm(5.0), time_scale=0.01, max_concurrent_llm=cap
+    )
+    result = runtime.run()
+    first_batch = {a: t for a, t in zip(reversed(result.trace.b_agent), reversed(result.trace.b_time), strict=True)}
+    quiet = [a for a in range(n) if a not in callers]
+    assert all(first_batch[a] < 5.0 for a in quiet)  # the callers' replies were not awaited
+    assert [sum(s) for s in result.states] == [n - 1] * n  # and every greeting arrived
 
 
 class BusyThenNudged:

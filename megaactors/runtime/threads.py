@@ -2,7 +2,8 @@
 
 An agent's in-queue is its actor's inbox; its out-queue is flushed to the
 recipients as ``tell`` does it (one envelope per packet, a reference to it put in
-each recipient's inbox under the inbox's mutex, the recipient woken if it waits).
+each recipient's inbox under the inbox's mutex, the recipient woken if it waits;
+``Queue.put`` unrolled, as it is called once per recipient).
 When a message reaches an Idle agent, the actor takes it and everything queued
 behind it as one batch; messages that arrive while it is Processing wait in the
 inbox for the next batch, which it takes as it leaves Response (delivering,
@@ -14,7 +15,11 @@ thread switch interval is :data:`SWITCH_INTERVAL` (restored afterwards;
 ``switch_interval=None`` leaves it alone).
 
 All actors are started before any of them runs its start effects (a barrier), so
-every recipient exists when the first message is sent. The run ends when every
+every recipient exists when the first message is sent. No agent takes a batch
+before every agent's start effects have run up to their first wait (an LLM or tool
+call) or to their end, so that, as in the simulation, every start message sent
+without waiting is in its recipient's first batch; a start effect that waits for a
+call does not hold the others back (in serial mode the token orders the starts). The run ends when every
 agent is Idle and no message waits in an inbox; the actors are then stopped and
 their threads joined. An exception in an agent ends the run: the other agents stop
 at their next step (one in the middle of a simulated wait finishes that wait
@@ -282,7 +287,9 @@ class _AgentActor(pykka.ThreadingActor):
         self.thread: threading.Thread | None = None
         with runtime._lock:
             _place(runtime.actors, agent.id, self)
-            _place(runtime.inboxes, agent.id, self.actor_inbox if type(self.actor_inbox) is queue.Queue else None)
+            inbox = self.actor_inbox
+            plain = type(inbox) is queue.Queue and inbox.maxsize <= 0  # unbounded: a put never waits
+            _place(runtime.inboxes, agent.id, inbox if plain else None)
 
     def on_start(self) -> None:
         self.thread = threading.current_thread()
@@ -343,11 +350,17 @@ class PykkaRuntime(LiveRuntime):
         self._lock = threading.Lock()
         self.go = threading.Event()
         self.done = threading.Event()
+        self.starts_done = threading.Event()
+        """Set once every agent's start effects have run up to their first wait (or to
+        the end): no agent takes a batch before (as in the simulation, where every
+        start effect runs first)."""
+        self._starting = 0
+        """Agents whose start effects have not yet reached their first wait."""
         self.actors: list[_AgentActor] = []
         self.refs: list[pykka.ActorRef[Any]] = []
         self.inboxes: list[queue.Queue[Any] | None] = []
-        """Each actor's inbox if it is a plain ``queue.Queue`` (filled and drained
-        directly, under its own mutex), else ``None`` (``tell`` and ``get``)."""
+        """Each actor's inbox if it is a plain unbounded ``queue.Queue`` (filled and
+        drained directly, under its own mutex), else ``None`` (``tell`` and ``get``)."""
         self._outstanding = 0
         """Messages not yet taken plus agents not Idle: the run is over at 0."""
         self._semaphore = threading.BoundedSemaphore(max_concurrent_llm) if max_concurrent_llm else None
@@ -364,6 +377,9 @@ class PykkaRuntime(LiveRuntime):
         with quiet_gc(), switch_interval(self.switch_interval):
             starts = self._start_effects()
             self._outstanding = sum(1 for eff in starts if eff is not None)
+            self._starting = 0 if self._token is not None else self._outstanding
+            if not self._starting:  # serial: the token already runs the start effects first
+                self.starts_done.set()
             try:
                 for a, eff in zip(self.agents, starts, strict=True):
                     self._spawn_actor(a, eff)
@@ -378,6 +394,7 @@ class PykkaRuntime(LiveRuntime):
             finally:
                 self._end = time.monotonic()
                 self.go.set()
+                self.starts_done.set()
                 self._stop_actors()
         if self.error is not None:
             raise self.error
@@ -419,6 +436,7 @@ class PykkaRuntime(LiveRuntime):
                 self.error = exc
         if self._token is not None:
             self._token.wake_all()
+        self.starts_done.set()
         self.done.set()
 
     # ------------------------------------------------------------------ one agent (in its thread)
@@ -487,6 +505,8 @@ class PykkaRuntime(LiveRuntime):
     def _activate(self, a: Agent, eff: Effects | None, woken: bool) -> None:
         token = self._token
         traced = self.trace is not None
+        starts_done = self.starts_done
+        starting = eff is not None and not starts_done.is_set()  # these are its start effects
         batch: Batch | None = None
         while True:
             if token is not None:
@@ -495,6 +515,11 @@ class PykkaRuntime(LiveRuntime):
                 raise _Aborted
             if eff is None:
                 if batch is None:
+                    if starting:
+                        starting = self._start_reached()
+                    if not starts_done.is_set():
+                        starts_done.wait()
+                        self._check()
                     batch = self._take(a, woken)
                     woken = False
                 eff = self._on_batch(a, batch)
@@ -503,6 +528,8 @@ class PykkaRuntime(LiveRuntime):
                 self._move(a, PROCESSING)
             wait = self._apply(a, eff)
             while wait is not None:
+                if starting:
+                    starting = self._start_reached()
                 eff = self._call_llm(a, wait) if type(wait) is LLMRequest else self._call_tool(a, wait)  # type: ignore[arg-type]
                 self._check()
                 wait = self._apply(a, eff)
@@ -512,8 +539,10 @@ class PykkaRuntime(LiveRuntime):
             else:  # only the agent's own state changes
                 a.transition(RESPONSE, 0.0, None)
             self._drain(a)
-            batch, finished = self._respond(a, pretake=token is None)
+            batch, finished = self._respond(a, pretake=token is None and starts_done.is_set())
             if a.state is IDLE:
+                if starting:
+                    self._start_reached()
                 if token is not None:
                     token.release(a)
                 if finished:
@@ -522,6 +551,16 @@ class PykkaRuntime(LiveRuntime):
             if token is not None and token.has_waiting():
                 self._move(a, IDLE)
                 token.release(a)
+
+    def _start_reached(self) -> bool:
+        """An agent's start effects reached their first wait or their end; the last
+        one lets every agent take batches. Returns False (no longer starting)."""
+        with self._lock:
+            self._starting -= 1
+            last = not self._starting
+        if last:
+            self.starts_done.set()
+        return False
 
     def _respond(self, a: Agent, pretake: bool) -> tuple[Batch | None, bool]:
         """Deliver the out-queue and leave Response, all accounted under one lock: to
@@ -561,7 +600,11 @@ class PykkaRuntime(LiveRuntime):
                 if inbox is None or envelope is None:
                     refs[r].tell(packet)
                     continue
-                inbox.put_nowait(envelope)
+                with inbox.mutex:  # Queue.put_nowait on an unbounded queue, unrolled
+                    inbox.queue.append(envelope)
+                    inbox.unfinished_tasks += 1
+                    if inbox.not_empty._waiters:
+                        inbox.not_empty.notify()
 
     def _call_llm(self, a: Agent, request: LLMRequest) -> Effects:
         semaphore = self._semaphore
