@@ -1,5 +1,6 @@
 """The pykka runtime's own paths: every agent's start effects run before any agent
-takes a batch (without waiting for the calls they start), a message that arrives
+takes a batch (without waiting for the calls they start), agents woken in turn
+carry rounds without calls to wait for, a message that arrives
 while its recipient is busy is taken as the recipient leaves Response, zero-latency
 LLM calls are never in flight together, stopping joins every actor thread, and the
 interpreter's switch interval is the runtime's own during a run and restored after
@@ -24,9 +25,10 @@ from megaactors import (
     ParameterError,
     Send,
     SimulatedLLM,
+    expected_messages,
 )
 from megaactors.messages import INTRA
-from megaactors.runtime import PykkaRuntime
+from megaactors.runtime import PykkaRuntime, SimRuntime
 from megaactors.runtime.threads import SWITCH_INTERVAL
 
 
@@ -77,6 +79,16 @@ def test_a_start_effect_that_waits_does_not_hold_the_others_back(cap: int | None
     quiet = [a for a in range(n) if a not in callers]
     assert all(first_batch[a] < 5.0 for a in quiet)  # the callers' replies were not awaited
     assert [sum(s) for s in result.states] == [n - 1] * n  # and every greeting arrived
+
+
+@pytest.mark.timeout(60)  # a broken hand-off hangs
+def test_zero_latency_rounds_are_carried_by_the_wake_hand_off_alone() -> None:
+    # no agent ever waits for a call, so each one that goes Idle wakes the next in line
+    org = Organisation.two_tier(300, 8)
+    got = PykkaRuntime(org, ChatRound(rounds=8), fixed_llm(0.0), trace=False).run()
+    ref = SimRuntime(Organisation.two_tier(300, 8), ChatRound(rounds=8), fixed_llm(0.0), trace=False).run()
+    assert got.ledger.messages == ref.ledger.messages == expected_messages(org, 8)
+    assert got.states == ref.states
 
 
 class BusyThenNudged:

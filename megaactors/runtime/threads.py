@@ -2,8 +2,18 @@
 
 An agent's in-queue is its actor's inbox; its out-queue is flushed to the
 recipients as ``tell`` does it (one envelope per packet, a reference to it put in
-each recipient's inbox under the inbox's mutex, the recipient woken if it waits;
-``Queue.put`` unrolled, as it is called once per recipient).
+each recipient's inbox under the inbox's mutex; ``Queue.put`` unrolled, as it is
+called once per recipient).
+
+Waking is handed on. A recipient whose actor waits for a message is not woken at
+once but put in line; an agent that goes Idle wakes the first in line just before
+its own thread waits for a message, and one about to wait for anything else (a
+call, a tool, a lock, the token) wakes everyone in line. Only one thread can run
+Python code at a time, so waking a hundred recipients at once only makes them
+queue for the interpreter lock (two context switches each, and each takes a
+smaller batch than it would a moment later); handed on, the next agent runs as
+the previous one stops and takes everything sent to it meanwhile, first put in
+line first woken (as the simulation's ready queue does).
 When a message reaches an Idle agent, the actor takes it and everything queued
 behind it as one batch; messages that arrive while it is Processing wait in the
 inbox for the next batch, which it takes as it leaves Response (delivering,
@@ -60,6 +70,7 @@ except ImportError:  # pragma: no cover - another pykka layout: plain tells
 
 from megaactors.agent import IDLE, PROCESSING, RESPONSE, Agent, AgentState
 from megaactors.behaviour import Behaviour, Effects, LLMRequest, ToolCall
+from megaactors.llm import SimulatedLLM
 from megaactors.messages import Batch, Packet
 from megaactors.organisation import Organisation
 from megaactors.runtime.gc_tuning import quiet_gc
@@ -363,7 +374,12 @@ class PykkaRuntime(LiveRuntime):
         drained directly, under its own mutex), else ``None`` (``tell`` and ``get``)."""
         self._outstanding = 0
         """Messages not yet taken plus agents not Idle: the run is over at 0."""
+        self._to_wake: deque[queue.Queue[Any]] = deque()
+        """Inboxes that received a message while their actor waited for one, in order,
+        not yet woken (see :meth:`_wake`)."""
         self._semaphore = threading.BoundedSemaphore(max_concurrent_llm) if max_concurrent_llm else None
+        self._simulated_llm = type(self.llm) is SimulatedLLM
+        """A simulated call only computes (else it may wait for the network)."""
         self._token = _SerialToken() if serial else None
         self._tool_locks: dict[str, _FifoLock] = {}
         self.switch_interval = switch_interval
@@ -510,6 +526,7 @@ class PykkaRuntime(LiveRuntime):
         batch: Batch | None = None
         while True:
             if token is not None:
+                self._wake(everyone=True)
                 token.acquire(a)
             if self.error is not None:
                 raise _Aborted
@@ -518,6 +535,7 @@ class PykkaRuntime(LiveRuntime):
                     if starting:
                         starting = self._start_reached()
                     if not starts_done.is_set():
+                        self._wake(everyone=True)
                         starts_done.wait()
                         self._check()
                     batch = self._take(a, woken)
@@ -547,6 +565,7 @@ class PykkaRuntime(LiveRuntime):
                     token.release(a)
                 if finished:
                     self.done.set()
+                self._wake(everyone=False)  # this thread is about to wait for a message
                 return
             if token is not None and token.has_waiting():
                 self._move(a, IDLE)
@@ -592,7 +611,7 @@ class PykkaRuntime(LiveRuntime):
 
     def _post(self, packets: list[Packet]) -> None:
         """Put each packet in each of its recipients' inboxes, as ``tell`` does."""
-        inboxes, refs = self.inboxes, self.refs
+        inboxes, refs, to_wake = self.inboxes, self.refs, self._to_wake
         for packet in packets:
             envelope = Envelope(packet) if Envelope is not None else None
             for r in packet.recipients:
@@ -603,18 +622,39 @@ class PykkaRuntime(LiveRuntime):
                 with inbox.mutex:  # Queue.put_nowait on an unbounded queue, unrolled
                     inbox.queue.append(envelope)
                     inbox.unfinished_tasks += 1
-                    if inbox.not_empty._waiters:
-                        inbox.not_empty.notify()
+                    if inbox.not_empty._waiters:  # its actor waits for a message: wake it in turn
+                        to_wake.append(inbox)
+
+    def _wake(self, everyone: bool) -> None:
+        """Wake the actors waiting for the messages put in their inboxes: the first in
+        line (``everyone=False``: the calling thread is about to wait for a message, so
+        the one woken takes the interpreter from it), or all of them (the calling
+        thread is about to wait for something else, which may take long)."""
+        to_wake = self._to_wake
+        while to_wake:
+            try:
+                inbox = to_wake.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            with inbox.mutex:
+                if not inbox.not_empty._waiters or not inbox.queue:  # woken already, or busy
+                    continue  # (a wake without a message would end the hand-off here)
+                inbox.not_empty.notify()
+            if not everyone:
+                return
 
     def _call_llm(self, a: Agent, request: LLMRequest) -> Effects:
         semaphore = self._semaphore
         if semaphore is not None:
+            self._wake(everyone=True)
             semaphore.acquire()
             if self.error is not None:
                 semaphore.release()
                 raise _Aborted
         try:
-            new_tokens, reply = self._draw_llm(a, request)  # pure: no lock
+            if not self._simulated_llm:  # a real client may wait for the network
+                self._wake(everyone=True)
+            new_tokens, reply = self._draw_llm(a, request)  # no lock: a pure function of the agent's record
             delay = reply.latency_s * self.time_scale
             with self._lock:
                 self._llm_started()
@@ -622,6 +662,7 @@ class PykkaRuntime(LiveRuntime):
                 if delay <= 0:  # nothing to wait for: the call is over at once
                     self._in_flight -= 1
             if delay > 0:
+                self._wake(everyone=True)
                 try:
                     time.sleep(delay)
                 finally:
@@ -634,6 +675,7 @@ class PykkaRuntime(LiveRuntime):
         return self._reply(a, new_tokens, reply)
 
     def _call_tool(self, a: Agent, call: ToolCall) -> Effects:
+        self._wake(everyone=True)  # a tool may wait for its lock, its duration, or the outside world
         requested = self.now()
         lock = None
         if call.lock is not None:
