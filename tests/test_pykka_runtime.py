@@ -28,7 +28,7 @@ from megaactors import (
     expected_messages,
 )
 from megaactors.messages import INTRA
-from megaactors.runtime import PykkaRuntime, SimRuntime
+from megaactors.runtime import PykkaRuntime, SimRuntime, threads
 from megaactors.runtime.threads import SWITCH_INTERVAL
 
 
@@ -89,6 +89,16 @@ def test_zero_latency_rounds_are_carried_by_the_wake_hand_off_alone() -> None:
     ref = SimRuntime(Organisation.two_tier(300, 8), ChatRound(rounds=8), fixed_llm(0.0), trace=False).run()
     assert got.ledger.messages == ref.ledger.messages == expected_messages(org, 8)
     assert got.states == ref.states
+
+
+def test_without_a_view_of_who_waits_every_inbox_is_filled_with_plain_tells(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "_SEES_WAITERS", False)
+    org = Organisation.two_tier(60, 6)
+    runtime = PykkaRuntime(org, ChatRound(rounds=3), fixed_llm(0.0), trace=False)
+    got = runtime.run()
+    ref = SimRuntime(Organisation.two_tier(60, 6), ChatRound(rounds=3), fixed_llm(0.0), trace=False).run()
+    assert runtime.inboxes == [None] * org.n
+    assert got.ledger.messages == ref.ledger.messages and got.states == ref.states
 
 
 class BusyThenNudged:

@@ -104,6 +104,10 @@ longer interval only bounds how long a busy stretch may run uninterrupted."""
 
 _PROC = Path("/proc")
 
+_SEES_WAITERS = hasattr(threading.Condition(), "_waiters")
+"""Whether a queue's condition shows who waits on it (CPython's ``threading``): the
+wake hand-off needs it; without it every inbox is filled with plain tells."""
+
 
 def _read_int(path: Path) -> int | None:
     try:
@@ -299,7 +303,7 @@ class _AgentActor(pykka.ThreadingActor):
         with runtime._lock:
             _place(runtime.actors, agent.id, self)
             inbox = self.actor_inbox
-            plain = type(inbox) is queue.Queue and inbox.maxsize <= 0  # unbounded: a put never waits
+            plain = type(inbox) is queue.Queue and inbox.maxsize <= 0 and _SEES_WAITERS  # a put never waits
             _place(runtime.inboxes, agent.id, inbox if plain else None)
 
     def on_start(self) -> None:
