@@ -5,15 +5,6 @@ recipients as ``tell`` does it (one envelope per packet, a reference to it put i
 each recipient's inbox under the inbox's mutex; ``Queue.put`` unrolled, as it is
 called once per recipient).
 
-Waking is handed on. A recipient whose actor waits for a message is not woken at
-once but put in line; an agent that goes Idle wakes the first in line just before
-its own thread waits for a message, and one about to wait for anything else (a
-call, a tool, a lock, the token) wakes everyone in line. Only one thread can run
-Python code at a time, so waking a hundred recipients at once only makes them
-queue for the interpreter lock (two context switches each, and each takes a
-smaller batch than it would a moment later); handed on, the next agent runs as
-the previous one stops and takes everything sent to it meanwhile, first put in
-line first woken (as the simulation's ready queue does).
 When a message reaches an Idle agent, the actor takes it and everything queued
 behind it as one batch; messages that arrive while it is Processing wait in the
 inbox for the next batch, which it takes as it leaves Response (delivering,
@@ -24,16 +15,26 @@ all threads and touched under one lock. While a run executes, the interpreter's
 thread switch interval is :data:`SWITCH_INTERVAL` (restored afterwards;
 ``switch_interval=None`` leaves it alone).
 
+Waking is handed on. A recipient whose actor waits for a message is not woken at
+once but put in line; an agent that goes Idle wakes the first in line just before
+its own thread waits for a message, and one about to wait for anything else (a
+call, a tool, a lock, the token) wakes everyone in line. Only one thread can run
+Python code at a time, so waking a hundred recipients at once only makes them
+queue for the interpreter lock (two context switches each, and each takes a
+smaller batch than it would a moment later); handed on, the next agent runs as
+the previous one stops and takes everything sent to it meanwhile, first put in
+line first woken (as the simulation's ready queue does).
+
 All actors are started before any of them runs its start effects (a barrier), so
 every recipient exists when the first message is sent. No agent takes a batch
 before every agent's start effects have run up to their first wait (an LLM or tool
 call) or to their end, so that, as in the simulation, every start message sent
 without waiting is in its recipient's first batch; a start effect that waits for a
-call does not hold the others back (in serial mode the token orders the starts). The run ends when every
-agent is Idle and no message waits in an inbox; the actors are then stopped and
-their threads joined. An exception in an agent ends the run: the other agents stop
-at their next step (one in the middle of a simulated wait finishes that wait
-first) and :meth:`PykkaRuntime.run` raises it (a
+call does not hold the others back (in serial mode the token orders the starts).
+The run ends when every agent is Idle and no message waits in an inbox; the actors
+are then stopped and their threads joined. An exception in an agent ends the run:
+the other agents stop at their next step (one in the middle of a simulated wait
+finishes that wait first) and :meth:`PykkaRuntime.run` raises it (a
 :class:`~megaactors.behaviour.BehaviourError` names the agent and the message).
 
 A thread per agent is capped machine-wide: :func:`thread_capacity` reads the
