@@ -95,12 +95,14 @@ MAPS_PER_THREAD = 3
 """Memory mappings a thread adds to the process (its stack, its guard page, and
 allocator arenas): measured 2.2 for the first thousand pykka actors, 3.0 after."""
 
-SWITCH_INTERVAL = 0.05
+SWITCH_INTERVAL = 1.0
 """The interpreter's thread switch interval during a run, in seconds (CPython's
-default is 0.005). With hundreds of woken actor threads always waiting for the
-GIL, the default preempts an agent in the middle of a batch every 5 ms, and the
-messages it was about to send wait until it gets the GIL back; agents give the
-GIL up anyway whenever they wait (for a message, a simulated call, a lock), so a
+default is 0.005). A thread waiting for the GIL wakes once per interval to ask for
+it, so thousands of actor threads waiting at once (all released at the start, or
+all back from their calls) made hundreds of thousands of wake-ups a second: a star
+chat round of 10,000 agents took 14–120 s, mostly in the kernel, at 0.05 s, and
+about 7 s at 1 s. The interval also preempted agents in the middle of a batch. Agents
+give the GIL up anyway whenever they wait (for a message, a call, a lock), so a
 longer interval only bounds how long a busy stretch may run uninterrupted."""
 
 _PROC = Path("/proc")
