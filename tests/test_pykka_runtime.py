@@ -1,10 +1,9 @@
 """The pykka runtime's own paths: every agent's start effects run before any agent
 takes a batch (without waiting for the calls they start), agents woken in turn
-carry rounds without calls to wait for, a message that arrives
-while its recipient is busy is taken as the recipient leaves Response, zero-latency
-LLM calls are never in flight together, stopping joins every actor thread, and the
-interpreter's switch interval is the runtime's own during a run and restored after
-it."""
+carry rounds without calls to wait for, a message that arrives while its recipient
+is busy is taken as the recipient leaves Response, zero-latency LLM calls are never
+in flight together, stopping joins every actor thread, and the interpreter's switch
+interval is the runtime's own during a run and restored after it."""
 
 from __future__ import annotations
 
@@ -72,12 +71,12 @@ def test_every_start_effect_is_delivered_before_any_agent_takes_a_batch() -> Non
 def test_a_start_effect_that_waits_does_not_hold_the_others_back(cap: int | None) -> None:
     n, callers = 12, (0, 1)
     runtime = PykkaRuntime(
-        Organisation.flat(n), HelloAll(callers), fixed_llm(5.0), time_scale=0.01, max_concurrent_llm=cap
+        Organisation.flat(n), HelloAll(callers), fixed_llm(50.0), time_scale=0.01, max_concurrent_llm=cap
     )
     result = runtime.run()
     first_batch = {a: t for a, t in zip(reversed(result.trace.b_agent), reversed(result.trace.b_time), strict=True)}
     quiet = [a for a in range(n) if a not in callers]
-    assert all(first_batch[a] < 5.0 for a in quiet)  # the callers' replies were not awaited
+    assert all(first_batch[a] < 50.0 for a in quiet)  # the callers' replies (0.5 s each) were not awaited
     assert [sum(s) for s in result.states] == [n - 1] * n  # and every greeting arrived
 
 
