@@ -526,6 +526,8 @@ class PykkaRuntime(LiveRuntime):
         return batch
 
     def _activate(self, a: Agent, eff: Effects | None, woken: bool) -> None:
+        """Run ``a`` from its start effects (``eff``) or from a message that woke it
+        until it is Idle again."""
         token = self._token
         traced = self.trace is not None
         starts_done = self.starts_done
@@ -540,7 +542,8 @@ class PykkaRuntime(LiveRuntime):
             if eff is None:
                 if batch is None:
                     if starting:
-                        starting = self._start_reached()
+                        self._start_reached()
+                        starting = False
                     if not starts_done.is_set():
                         self._wake(everyone=True)
                         starts_done.wait()
@@ -554,7 +557,8 @@ class PykkaRuntime(LiveRuntime):
             wait = self._apply(a, eff)
             while wait is not None:
                 if starting:
-                    starting = self._start_reached()
+                    self._start_reached()
+                    starting = False
                 eff = self._call_llm(a, wait) if type(wait) is LLMRequest else self._call_tool(a, wait)  # type: ignore[arg-type]
                 self._check()
                 wait = self._apply(a, eff)
@@ -578,15 +582,14 @@ class PykkaRuntime(LiveRuntime):
                 self._move(a, IDLE)
                 token.release(a)
 
-    def _start_reached(self) -> bool:
+    def _start_reached(self) -> None:
         """An agent's start effects reached their first wait or their end; the last
-        one lets every agent take batches. Returns False (no longer starting)."""
+        one lets every agent take batches."""
         with self._lock:
             self._starting -= 1
             last = not self._starting
         if last:
             self.starts_done.set()
-        return False
 
     def _respond(self, a: Agent, pretake: bool) -> tuple[Batch | None, bool]:
         """Deliver the out-queue and leave Response, all accounted under one lock: to
