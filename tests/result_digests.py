@@ -1,0 +1,114 @@
+"""Digests of results that must not change unless a change says so.
+
+Each case runs one scenario and reduces its result to a SHA-256 of canonical JSON:
+for the simulation, the whole summary (but ``wall_s``), the per-agent ledger rows,
+the final states and the trace, float for float; for the live runtimes, what the
+conformance suite holds them to (messages per channel, bytes, final states).
+``python tests/result_digests.py --record`` rewrites ``tests/data/result_digests.json``
+(only when a change is meant to alter results, and the commit must say so).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sample_behaviours import GitUser, Recruiter, ToolLoop
+
+from megaactors import ChatRound, LatencyModel, Organisation, SimulatedLLM
+from megaactors.runtime import RUNTIMES
+
+DIGESTS = Path(__file__).resolve().parent / "data" / "result_digests.json"
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=repr)
+
+
+def _sha(value: Any) -> str:
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()
+
+
+def sim_digest(result: Any) -> str:
+    summary = {k: v for k, v in result.summary().items() if k != "wall_s"}
+    trace = result.trace.as_dict() if result.trace is not None else None
+    return _sha(
+        {"summary": summary, "agents": result.ledger.agent_rows(result.org), "states": result.states, "trace": trace}
+    )
+
+
+def live_digest(result: Any) -> str:
+    s = result.summary()
+    return _sha(
+        {
+            "messages": s["messages"],
+            "messages_by_channel": s["messages_by_channel"],
+            "bytes": s["bytes"],
+            "agents": s["agents"],
+            "states": result.states,
+        }
+    )
+
+
+ORGS: dict[str, Callable[[], Organisation]] = {
+    "flat-9": lambda: Organisation.flat(9),
+    "star-25": lambda: Organisation.star(25),
+    "two-tier-120-g9": lambda: Organisation.two_tier(120, 9),
+    "two-tier-boss-40-g6": lambda: Organisation.two_tier(40, 6, boss=True),
+    "hierarchy-60-k3": lambda: Organisation.hierarchy(60, 3),
+}
+
+
+def _sim(org: Organisation, behaviour: Any, seed: int, **options: Any) -> Any:
+    return RUNTIMES["sim"](org, behaviour, SimulatedLLM(seed=seed), seed=seed, trace=True, **options).run()
+
+
+def cases() -> dict[str, Callable[[], str]]:
+    out: dict[str, Callable[[], str]] = {}
+    for name, make in ORGS.items():
+        for seed in (1, 2):
+            out[f"sim/chat2/{name}/s{seed}"] = lambda m=make, s=seed: sim_digest(_sim(m(), ChatRound(2), s))
+        out[f"sim/chat2/{name}/serial"] = lambda m=make: sim_digest(_sim(m(), ChatRound(2), 3, serial=True))
+        out[f"sim/chat2/{name}/cap3"] = lambda m=make: sim_digest(_sim(m(), ChatRound(2), 4, max_concurrent_llm=3))
+    out["sim/chat3/two-tier-3000-g14"] = lambda: sim_digest(_sim(Organisation.two_tier(3000, 14), ChatRound(3), 8))
+    out["sim/chat1/hierarchy-5000-k10"] = lambda: sim_digest(_sim(Organisation.hierarchy(5000, 10), ChatRound(1), 9))
+    out["sim/toolloop"] = lambda: sim_digest(_sim(Organisation.flat(6), ToolLoop(4), 5))
+    out["sim/gituser"] = lambda: sim_digest(_sim(Organisation.flat(6), GitUser(), 6))
+    out["sim/recruiter"] = lambda: sim_digest(_sim(Organisation.hierarchy(1, 3), Recruiter(), 7))
+
+    def megaagent(name: str, variant: str) -> str:
+        from megaactors.megaagent.scenarios import SCENARIOS
+
+        result = SCENARIOS[name].variant(variant).run(seed=1, trace=True)
+        return sim_digest(result)
+
+    for variant in ("full", "no_parallelism", "no_hierarchy", "no_monitoring"):
+        out[f"sim/megaagent/gobang/{variant}"] = lambda v=variant: megaagent("gobang", v)
+    out["sim/megaagent/policy/full"] = lambda: megaagent("policy", "full")
+
+    def live(runtime: str, make: Callable[[], Organisation], rounds: int) -> str:
+        llm = SimulatedLLM(seed=1, latency=LatencyModel(median_s=1.0, sigma=0.5, per_output_token_s=0.0))
+        result = RUNTIMES[runtime](make(), ChatRound(rounds), llm, seed=1, trace=False, time_scale=0.002).run()
+        return live_digest(result)
+
+    for runtime in ("asyncio", "pykka"):
+        for name in ("two-tier-120-g9", "hierarchy-60-k3"):
+            out[f"{runtime}/chat2/{name}"] = lambda r=runtime, m=ORGS[name]: live(r, m, 2)
+    return out
+
+
+def compute() -> dict[str, str]:
+    return {name: fn() for name, fn in cases().items()}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--record"]:
+        sys.exit("usage: python tests/result_digests.py --record")
+    DIGESTS.write_text(json.dumps(compute(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {DIGESTS}")
