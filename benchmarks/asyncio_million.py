@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from megaactors import Effects, LatencyModel, LLMRequest, Organisation, Send, SimulatedLLM
-from megaactors.behaviour import NOTHING
 from megaactors.behaviours.chat_round import mesh_degree
-from megaactors.messages import ADMIN, INTRA
+from megaactors.core.behaviour import NOTHING
+from megaactors.core.messages import ADMIN, INTRA
 from megaactors.runtime import AsyncioRuntime
 from megaactors.runtime.aio import new_event_loop
 from megaactors.runtime.gc_tuning import quiet_gc

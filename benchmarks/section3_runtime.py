@@ -24,7 +24,7 @@ BUDGET_S = 120.0
 _CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from megaactors.reproduce import reproduce_section3
+from megaactors.megaagent.reproduce import reproduce_section3
 agents = [int(x) for x in sys.argv[2].split(",")]
 report = reproduce_section3(sys.argv[1], agents=agents)
 rows = report["complexity"]["rows"]

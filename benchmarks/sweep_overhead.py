@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from megaactors.sweep import plan, run_sweep
+from megaactors.experiments.sweep import plan, run_sweep
 
 
 def bare_loop(grid: dict[str, object]) -> float:

@@ -20,7 +20,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from megaactors.async_vs_threads import KINDS, compare, format_comparison
+from megaactors.experiments.async_vs_threads import KINDS, compare, format_comparison
 
 COLUMNS = ("runtime", "calls", "latency_ms", "wall_s", "calls_s", "peak_rss_mb", "rss_per_call_kb", "peak_in_flight")
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from megaactors import RunSpec, SimRuntime
-from megaactors.plots import (
+from megaactors.experiments.plots import (
     fit_exponent,
     load_figure,
     organisation_figure,
@@ -39,8 +39,8 @@ from megaactors.plots import (
     series_labels,
     timeline_figure,
 )
-from megaactors.spec import ParameterError
-from megaactors.sweep import SweepError, optimal_group_size, run_sweep
+from megaactors.experiments.spec import ParameterError
+from megaactors.experiments.sweep import SweepError, optimal_group_size, run_sweep
 
 AGENTS = (10, 30, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
 SEEDS = (1, 2, 3)

@@ -1,12 +1,13 @@
 """megaactors: build, run and measure MegaAgent-style multi-agent systems as actors.
 
-Agent logic is written once as a :class:`~megaactors.behaviour.Behaviour` (pure
+Agent logic is written once as a :class:`~megaactors.core.behaviour.Behaviour` (pure
 functions over serializable state that return effects) and executed by a runtime;
 the deterministic simulation runtime is the default.
 """
 
-from megaactors.agent import Agent, AgentState, TransitionError
-from megaactors.behaviour import (
+from megaactors.behaviours import ChatRound, MegaAgent, RetryLimitError, expected_messages
+from megaactors.core.agent import Agent, AgentState, TransitionError
+from megaactors.core.behaviour import (
     AgentContext,
     Behaviour,
     BehaviourError,
@@ -16,15 +17,25 @@ from megaactors.behaviour import (
     ToolCall,
     ToolResult,
 )
-from megaactors.behaviours import ChatRound, MegaAgent, RetryLimitError, expected_messages
-from megaactors.ledger import Ledger
-from megaactors.llm import PRICES, LatencyModel, LLMReply, SimulatedLLM, TokenModel
-from megaactors.messages import ADMIN, CHANNELS, HIERARCHY, INTRA, Batch, Message, MessageError, Packet, decode, encode
-from megaactors.organisation import Organisation, OrganisationError, RecruitError, RouteError
+from megaactors.core.ledger import Ledger
+from megaactors.core.llm import PRICES, LatencyModel, LLMReply, SimulatedLLM, TokenModel
+from megaactors.core.messages import (
+    ADMIN,
+    CHANNELS,
+    HIERARCHY,
+    INTRA,
+    Batch,
+    Message,
+    MessageError,
+    Packet,
+    decode,
+    encode,
+)
+from megaactors.core.organisation import Organisation, OrganisationError, RecruitError, RouteError
+from megaactors.core.trace import Trace
+from megaactors.experiments.spec import ParameterError, RunSpec
+from megaactors.experiments.sweep import ResultsError, SweepError, load_results, run_sweep
 from megaactors.runtime import RUNTIMES, AsyncioRuntime, PykkaRuntime, RunResult, SimRuntime
-from megaactors.spec import ParameterError, RunSpec
-from megaactors.sweep import ResultsError, SweepError, load_results, run_sweep
-from megaactors.trace import Trace
 
 __version__ = "0.1.0"
 

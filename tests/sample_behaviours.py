@@ -2,7 +2,7 @@
 trespasser, a recruiter and a git user behind one global lock."""
 
 from megaactors import Effects, LLMRequest, Send, ToolCall
-from megaactors.messages import INTRA
+from megaactors.core.messages import INTRA
 
 __all__ = ["Faulty", "GitUser", "Recruiter", "ToolLoop", "Trespasser"]
 

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from megaactors.agent import LEGAL_TRANSITIONS, Agent, AgentState, TransitionError
-from megaactors.trace import Trace
+from megaactors.core.agent import LEGAL_TRANSITIONS, Agent, AgentState, TransitionError
+from megaactors.core.trace import Trace
 
 S = AgentState
 
@@ -58,7 +58,7 @@ def test_any_sequence_follows_the_legal_table(moves: list[AgentState]) -> None:
 
 
 def test_take_batch_empties_the_in_queue_and_keeps_order() -> None:
-    from megaactors.messages import Packet
+    from megaactors.core.messages import Packet
 
     a = Agent(2)
     packets = [Packet(1, "intra", "chat", i, first_id=i, recipients=(2,)) for i in range(3)]

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from megaactors import Effects, Organisation, RouteError, Send
-from megaactors.behaviour import NOTHING, ToolCall
-from megaactors.ledger import Ledger
-from megaactors.messages import ADMIN, HIERARCHY, INTRA, Message, Packet, encode, int_size
+from megaactors.core.behaviour import NOTHING, ToolCall
+from megaactors.core.ledger import Ledger
+from megaactors.core.messages import ADMIN, HIERARCHY, INTRA, Message, Packet, encode, int_size
 from megaactors.runtime import AsyncioRuntime, SimRuntime
 from megaactors.runtime.mailboxes import ChannelLog, Mailboxes, Without
 from megaactors.runtime.postman import Postman, check_routes, is_broadcast

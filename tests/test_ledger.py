@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 
 from megaactors import ChatRound, Organisation, SimRuntime
-from megaactors.ledger import Ledger
+from megaactors.core.ledger import Ledger
 
 
 def test_parts_added_back_give_the_whole_ledger() -> None:

@@ -32,7 +32,7 @@ from megaactors import (
     ToolCall,
     expected_messages,
 )
-from megaactors.messages import INTRA
+from megaactors.core.messages import INTRA
 from megaactors.runtime import AsyncioRuntime, PykkaRuntime
 from megaactors.runtime.aio_shards import shard_bounds
 from megaactors.runtime.threads import thread_capacity

@@ -5,8 +5,8 @@ import statistics
 
 import pytest
 
-from megaactors.behaviour import LLMRequest
-from megaactors.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel, stream_normal, stream_uniform
+from megaactors.core.behaviour import LLMRequest
+from megaactors.core.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel, stream_normal, stream_uniform
 
 
 def test_streams_depend_only_on_their_key() -> None:
@@ -45,6 +45,20 @@ def test_constant_latency_and_unknown_model() -> None:
     assert llm.complete(0, 0, LLMRequest(output_tokens=100), 0, 0).latency_s == pytest.approx(2.5)
     with pytest.raises(ValueError, match="no price for model 'nope'"):
         SimulatedLLM(model="nope")
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="finite and non-negative"):
         LatencyModel(median_s=-1)
     assert math.isclose(TokenModel().message_tokens(9), 3)
+
+
+def test_prefill_latency_grows_with_the_prompt() -> None:
+    plain = LatencyModel(median_s=2.0, sigma=0.7, per_output_token_s=0.01)
+    prefill = LatencyModel(median_s=2.0, sigma=0.7, per_output_token_s=0.01, prefill_s_per_token=0.001)
+    a, b = SimulatedLLM(seed=5, latency=plain), SimulatedLLM(seed=5, latency=prefill)
+    for agent, call, memory, new in [(0, 0, 0, 10), (3, 9, 500, 4000), (123456, 77, 90, 30000)]:
+        request = LLMRequest(output_tokens=50)
+        ra, rb = a.complete(agent, call, request, memory, new), b.complete(agent, call, request, memory, new)
+        assert rb.tokens_in == ra.tokens_in
+        assert rb.latency_s - ra.latency_s == pytest.approx(0.001 * rb.tokens_in)
+        assert rb.latency_s == pytest.approx(prefill.sample(stream_normal(5, agent, call), 50, rb.tokens_in))
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        LatencyModel(prefill_s_per_token=float("inf"))

@@ -20,8 +20,8 @@ import pytest
 from aiohttp import web
 
 from megaactors import ChatRound, LLMRequest, Organisation, ParameterError, expected_messages
-from megaactors.llm import PRICES
-from megaactors.llm_client import ChatCompletionsClient, LLMClientError
+from megaactors.core.llm import PRICES
+from megaactors.providers.chat_completions import ChatCompletionsClient, LLMClientError
 from megaactors.runtime import AsyncioRuntime, PykkaRuntime
 
 

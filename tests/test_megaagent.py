@@ -22,11 +22,11 @@ from megaactors.behaviours.megaagent import (
     TreePlan,
     Work,
 )
+from megaactors.core.messages import ADMIN, HIERARCHY, INTRA
 from megaactors.megaagent.calibration import calibrate, stage_targets
 from megaactors.megaagent.complexity import fit, sweep
+from megaactors.megaagent.reproduce import reproduce_section3
 from megaactors.megaagent.scenarios import GOBANG, POLICY, SCENARIOS, measure, policy_plan
-from megaactors.messages import ADMIN, HIERARCHY, INTRA
-from megaactors.reproduce import reproduce_section3
 
 ROOT = Path(__file__).resolve().parents[1]
 

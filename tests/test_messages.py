@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from megaactors.messages import (
+from megaactors.core.messages import (
     CHANNELS,
     MAX_MESSAGE_BYTES,
     Batch,

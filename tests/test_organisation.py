@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from megaactors.messages import ADMIN, CHANNELS, HIERARCHY, INTRA
-from megaactors.organisation import Organisation, OrganisationError, RecruitError, RouteError
+from megaactors.core.messages import ADMIN, CHANNELS, HIERARCHY, INTRA
+from megaactors.core.organisation import Organisation, OrganisationError, RecruitError, RouteError
 
 orgs = st.one_of(
     st.integers(1, 40).map(Organisation.flat),

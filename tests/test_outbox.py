@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from megaactors import Effects, LLMRequest, Organisation, RunSpec, Send, ToolCall
+from megaactors.core.messages import HIERARCHY
 from megaactors.durable import DurableOptions, FencingError, RunQueue, open_store, run_durable
 from megaactors.durable.billing import BillingService, charge, ledger
 from megaactors.durable.checkpointing import Progress
 from megaactors.durable.outbox import settle_compensations
-from megaactors.messages import HIERARCHY
 
 SPECS = [RunSpec(topology="two-tier", agents=200, group_size=10, rounds=3, seed=s) for s in (1, 2, 3)]
 

@@ -11,7 +11,7 @@ import pytest
 from matplotlib.collections import LineCollection, PathCollection
 
 from megaactors import AgentState, Organisation, RunSpec, SimRuntime
-from megaactors.plots import (
+from megaactors.experiments.plots import (
     METRICS,
     cost_figure,
     fit_exponent,
@@ -26,7 +26,7 @@ from megaactors.plots import (
     series_labels,
     timeline_figure,
 )
-from megaactors.sweep import closed_form_messages, optimal_group_size, run_sweep
+from megaactors.experiments.sweep import closed_form_messages, optimal_group_size, run_sweep
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from megaactors import (
     SimulatedLLM,
     expected_messages,
 )
-from megaactors.messages import INTRA
+from megaactors.core.messages import INTRA
 from megaactors.runtime import PykkaRuntime, SimRuntime, threads
 from megaactors.runtime.threads import SWITCH_INTERVAL
 

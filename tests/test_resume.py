@@ -26,11 +26,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from megaactors import Effects, LLMRequest, Organisation, RunSpec, Send, SimRuntime, ToolCall
+from megaactors.core.llm import SimulatedLLM
+from megaactors.core.messages import HIERARCHY, INTRA
 from megaactors.durable import DurableOptions, open_store, run_durable
 from megaactors.durable.checkpointing import Progress
 from megaactors.durable.state import DurableSim, StateError
-from megaactors.llm import SimulatedLLM
-from megaactors.messages import HIERARCHY, INTRA
 
 
 class Busy:
@@ -170,7 +170,7 @@ def test_restore_refuses_what_does_not_fit() -> None:
 def test_a_durable_run_needs_the_seeded_llm_it_recomputes_replies_with() -> None:
     from types import SimpleNamespace
 
-    from megaactors.llm import TokenModel
+    from megaactors.core.llm import TokenModel
 
     stand_in = SimpleNamespace(tokens=TokenModel(), complete=SimulatedLLM().complete)
     with pytest.raises(StateError, match="seeded simulated LLM, not SimpleNamespace"):

@@ -23,7 +23,7 @@ from megaactors import (
     encode,
     expected_messages,
 )
-from megaactors.messages import INTRA
+from megaactors.core.messages import INTRA
 
 
 def run(org, behaviour=None, **kw):

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from megaactors import Organisation, RunSpec, expected_messages
-from megaactors.runtime import RUNTIMES, SimRuntime
-from megaactors.spec import ParameterError
-from megaactors.sweep import (
+from megaactors.experiments.spec import ParameterError
+from megaactors.experiments.sweep import (
     COLUMNS,
     ResultsError,
     SweepError,
@@ -25,6 +24,7 @@ from megaactors.sweep import (
     plan,
     run_sweep,
 )
+from megaactors.runtime import RUNTIMES, SimRuntime
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"topology": ["flat", "star", "two-tier", "hierarchy"], "agents": [10, 40], "seed": [1, 2]}

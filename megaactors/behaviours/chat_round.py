@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from megaactors.behaviour import NOTHING, AgentContext, Effects, LLMRequest, Send
-from megaactors.llm import LLMReply
-from megaactors.messages import ADMIN, HIERARCHY, INTRA, Batch
-from megaactors.organisation import Organisation
+from megaactors.core.behaviour import NOTHING, AgentContext, Effects, LLMRequest, Send
+from megaactors.core.llm import LLMReply
+from megaactors.core.messages import ADMIN, HIERARCHY, INTRA, Batch
+from megaactors.core.organisation import Organisation
 
 __all__ = ["ChatRound", "expected_messages", "mesh_channels", "mesh_degree"]
 

@@ -36,10 +36,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from megaactors.behaviour import AgentContext, Effects, LLMRequest, Send, ToolCall, ToolResult
-from megaactors.llm import LLMReply, stream_uniform
-from megaactors.messages import ADMIN, HIERARCHY, INTRA, Batch
-from megaactors.organisation import Organisation
+from megaactors.core.behaviour import AgentContext, Effects, LLMRequest, Send, ToolCall, ToolResult
+from megaactors.core.llm import LLMReply, stream_uniform
+from megaactors.core.messages import ADMIN, HIERARCHY, INTRA, Batch
+from megaactors.core.organisation import Organisation
 
 __all__ = [
     "GIT_LOCK",

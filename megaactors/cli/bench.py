@@ -32,7 +32,7 @@ def register(sub: Any) -> None:
 
 
 def handle_async_vs_threads(args: argparse.Namespace) -> int:
-    from megaactors.async_vs_threads import compare, format_comparison
+    from megaactors.experiments.async_vs_threads import compare, format_comparison
     from megaactors.runtime.threads import thread_capacity
 
     if args.calls < 1:

@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any, NoReturn
 
+from megaactors.experiments.spec import TOPOLOGIES, ParameterError, RunSpec
 from megaactors.runtime import RUNTIMES
-from megaactors.spec import TOPOLOGIES, ParameterError, RunSpec
 
 __all__ = ["CommandError", "Parser", "add_run_options", "spec_from_args"]
 

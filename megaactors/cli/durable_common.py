@@ -71,7 +71,7 @@ def add_durable_options(parser: argparse.ArgumentParser, *, with_store: bool) ->
 
 def options_from_args(args: argparse.Namespace) -> Any:
     from megaactors.durable import DurableOptions
-    from megaactors.spec import ParameterError
+    from megaactors.experiments.spec import ParameterError
 
     try:
         return DurableOptions(checkpoint_every=args.checkpoint_every, step_s=args.step_seconds, billing_url=args.bill)

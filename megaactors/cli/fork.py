@@ -32,7 +32,7 @@ def handle(args: argparse.Namespace) -> int:
     from megaactors.cli.submit import grid_specs
     from megaactors.durable import StoreError
     from megaactors.durable.checkpointing import fork_run
-    from megaactors.spec import ParameterError, RunSpec
+    from megaactors.experiments.spec import ParameterError, RunSpec
 
     with open_for(args.db) as store:
         try:

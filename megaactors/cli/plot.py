@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from megaactors.cli.common import CommandError
-from megaactors.sweep import ResultsError, load_results
+from megaactors.experiments.sweep import ResultsError, load_results
 
 __all__ = ["register"]
 
@@ -30,7 +30,7 @@ def handle(args: argparse.Namespace) -> int:
     except ResultsError as exc:
         raise CommandError(str(exc)) from exc
     out = Path(args.out) if args.out else (source if source.is_dir() else source.parent)
-    from megaactors.plots import plot_results
+    from megaactors.experiments.plots import plot_results
 
     paths = plot_results(df, out)
     if not paths:

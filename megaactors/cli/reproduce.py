@@ -63,7 +63,7 @@ def handle(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out} exists and is not a directory")
-    from megaactors.reproduce import reproduce_section3
+    from megaactors.megaagent.reproduce import reproduce_section3
 
     progress = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     report = reproduce_section3(

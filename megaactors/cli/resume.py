@@ -45,7 +45,7 @@ def handle(args: argparse.Namespace) -> int:
     from megaactors import __version__
     from megaactors.durable import DurableOptions, RunQueue, StoreError, owner_id
     from megaactors.durable.store import check_header
-    from megaactors.spec import ParameterError, RunSpec
+    from megaactors.experiments.spec import ParameterError, RunSpec
 
     lease_s = check_lease(args.lease)
     if args.wait < 0:

@@ -9,8 +9,8 @@ from typing import Any
 
 from megaactors.cli.common import CommandError, add_run_options, spec_from_args
 from megaactors.cli.durable_common import add_durable_options, run_checkpointed
+from megaactors.experiments.spec import ParameterError
 from megaactors.runtime import RUNTIMES
-from megaactors.spec import ParameterError
 
 __all__ = ["format_summary", "register"]
 

@@ -56,7 +56,7 @@ def _parse(field: dataclasses.Field[Any], text: str) -> Any:
 
 def grid_specs(base: Any, grids: list[str]) -> list[Any]:
     """The product of ``NAME=V1,V2`` grids applied to a base :class:`RunSpec`."""
-    from megaactors.spec import ParameterError, RunSpec
+    from megaactors.experiments.spec import ParameterError, RunSpec
 
     fields = {f.name: f for f in dataclasses.fields(RunSpec)}
     axes: list[tuple[str, list[Any]]] = []

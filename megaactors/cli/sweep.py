@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from megaactors.cli.common import CommandError
-from megaactors.spec import ParameterError, RunSpec
-from megaactors.sweep import OPTIMAL, SweepError, run_sweep
+from megaactors.experiments.spec import ParameterError, RunSpec
+from megaactors.experiments.sweep import OPTIMAL, SweepError, run_sweep
 
 __all__ = ["grid_from_args", "parse_values", "register"]
 
@@ -159,7 +159,7 @@ def handle(args: argparse.Namespace) -> int:
     done = ", ".join(f"{counts[s]} {s}" for s in ("ok", "skipped", "error") if counts.get(s))
     print(f"wrote {out / 'results.csv'} ({len(df)} runs: {done})")
     if not args.no_plots:
-        from megaactors.plots import plot_results
+        from megaactors.experiments.plots import plot_results
 
         for path in plot_results(df, out):
             print(f"wrote {path}")

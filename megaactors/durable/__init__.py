@@ -3,7 +3,7 @@ queue with fencing, and an outbox that makes side effects effectively-once.
 
 ``open_store("runs.db")`` opens (or creates) an SQLite store;
 ``open_store("postgresql://...")`` a PostgreSQL one. :func:`run_durable` runs a
-:class:`~megaactors.spec.RunSpec` under a lease, checkpointing as it goes, and
+:class:`~megaactors.experiments.spec.RunSpec` under a lease, checkpointing as it goes, and
 resumes from the newest checkpoint when the run already has one.
 """
 

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from megaactors.behaviour import Behaviour
+from megaactors.core.behaviour import Behaviour
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.state import DurableSim
 from megaactors.durable.store import (
@@ -53,9 +53,9 @@ from megaactors.durable.store import (
     pack_state,
     seal_state,
 )
+from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.result import RunResult
-from megaactors.spec import ParameterError, RunSpec
 
 __all__ = ["GENESIS_BYTES_PER_AGENT", "DurableOptions", "Progress", "fork_run", "run_durable"]
 

@@ -24,7 +24,7 @@ import uuid
 from typing import Any
 
 from megaactors.durable.store import CheckpointStore, FencingError, Lease, LeaseHeldError, StoreError
-from megaactors.spec import RunSpec
+from megaactors.experiments.spec import RunSpec
 
 __all__ = ["DEFAULT_LEASE_S", "Heartbeat", "RunQueue", "owner_id"]
 

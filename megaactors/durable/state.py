@@ -41,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from megaactors.agent import AgentState
-from megaactors.behaviour import UNCHANGED, Effects, LLMRequest, Send, ToolCall
-from megaactors.llm import LLMReply, SimulatedLLM
-from megaactors.messages import ADMIN, CHANNELS, Packet
-from megaactors.organisation import Organisation
+from megaactors.core.agent import AgentState
+from megaactors.core.behaviour import UNCHANGED, Effects, LLMRequest, Send, ToolCall
+from megaactors.core.llm import LLMReply, SimulatedLLM
+from megaactors.core.messages import ADMIN, CHANNELS, Packet
+from megaactors.core.organisation import Organisation
 from megaactors.runtime.events import EventQueue
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.sim import _START, SimRuntime, _ToolInFlight

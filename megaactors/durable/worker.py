@@ -16,7 +16,7 @@ from megaactors.durable.checkpointing import DurableOptions, Progress, run_durab
 from megaactors.durable.outbox import settle_compensations
 from megaactors.durable.runqueue import DEFAULT_LEASE_S, Heartbeat, RunQueue, owner_id
 from megaactors.durable.store import CheckpointStore, FencingError, Lease, StoreError
-from megaactors.spec import ParameterError, RunSpec
+from megaactors.experiments.spec import ParameterError, RunSpec
 
 __all__ = ["execute_claimed", "work", "work_in_processes"]
 

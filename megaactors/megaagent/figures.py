@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from megaactors.agent import AgentState
 from megaactors.behaviours.megaagent import STAGES
+from megaactors.core.agent import AgentState
+from megaactors.core.trace import Trace
 from megaactors.megaagent.complexity import CURVES
-from megaactors.trace import Trace
 
 __all__ = ["ablation_figure", "complexity_figure", "stage_figure", "timeline_figure"]
 

@@ -24,9 +24,9 @@ from megaactors.behaviours.megaagent import (
     stage_windows,
     total_retries,
 )
-from megaactors.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel
+from megaactors.core.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel
+from megaactors.core.organisation import Organisation
 from megaactors.megaagent.paper import PAPER
-from megaactors.organisation import Organisation
 from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim import SimRuntime
 

@@ -9,14 +9,14 @@ messages by id, which in one process is arrival order). Once per turn of the
 event loop a wake-up pass resolves the futures of the recipients that were Idle,
 however many messages each received. LLM calls are awaited: a simulated LLM's
 latency is slept (``latency_s * time_scale`` wall seconds), a real endpoint (an object with ``async acomplete``, e.g.
-:class:`megaactors.llm_client.ChatCompletionsClient`) is awaited as it answers.
+:class:`megaactors.providers.chat_completions.ChatCompletionsClient`) is awaited as it answers.
 ``max_concurrent_llm`` is an :class:`asyncio.Semaphore`; serial mode passes one
 token in FIFO order; tool locks are :class:`asyncio.Lock` by name (FIFO).
 
 The run ends when every agent is Idle with an empty in-queue; every task then
 returns, so nothing is left on the loop. An exception in an agent ends the run at
 once: the other tasks are cancelled and :meth:`AsyncioRuntime.run` raises it
-(a :class:`~megaactors.behaviour.BehaviourError` names the agent and the message).
+(a :class:`~megaactors.core.behaviour.BehaviourError` names the agent and the message).
 
 ``run()`` makes its own event loop (uvloop when installed, unless
 ``event_loop="asyncio"``); inside a running loop (Jupyter) use
@@ -40,15 +40,15 @@ from collections.abc import Awaitable, Callable, Coroutine
 from itertools import repeat
 from typing import Any
 
-from megaactors.agent import IDLE, PROCESSING, RESPONSE, Agent
-from megaactors.behaviour import Behaviour, Effects, LLMRequest, ToolCall
-from megaactors.messages import Batch
-from megaactors.organisation import Organisation
+from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
+from megaactors.core.behaviour import Behaviour, Effects, LLMRequest, ToolCall
+from megaactors.core.messages import Batch
+from megaactors.core.organisation import Organisation
+from megaactors.errors import ParameterError
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.live import DEFAULT_TIME_SCALE, LiveRuntime
 from megaactors.runtime.mailboxes import Mailboxes
 from megaactors.runtime.result import RunResult
-from megaactors.spec import ParameterError
 
 __all__ = ["EVENT_LOOPS", "AsyncioRuntime", "new_event_loop"]
 

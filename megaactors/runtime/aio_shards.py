@@ -45,16 +45,16 @@ from itertools import groupby, repeat
 from multiprocessing.connection import wait
 from typing import TYPE_CHECKING, Any
 
-from megaactors.agent import Agent
-from megaactors.behaviour import Effects, ToolCall
-from megaactors.messages import ADMIN, Packet
+from megaactors.core.agent import Agent
+from megaactors.core.behaviour import Effects, ToolCall
+from megaactors.core.messages import ADMIN, Packet
+from megaactors.core.trace import Trace
+from megaactors.errors import ParameterError
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.mailboxes import Mailboxes, Without
-from megaactors.spec import ParameterError
-from megaactors.trace import Trace
 
 if TYPE_CHECKING:
-    from megaactors.organisation import Organisation
+    from megaactors.core.organisation import Organisation
     from megaactors.runtime.aio import AsyncioRuntime
     from megaactors.runtime.result import RunResult
 

@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from megaactors.agent import Agent, AgentState
-from megaactors.behaviour import (
+from megaactors.core.agent import Agent, AgentState
+from megaactors.core.behaviour import (
     UNCHANGED,
     AgentContext,
     Behaviour,
@@ -43,14 +43,14 @@ from megaactors.behaviour import (
     ToolCall,
     ToolResult,
 )
-from megaactors.ledger import Ledger
-from megaactors.llm import LLMReply, SimulatedLLM
-from megaactors.messages import Batch
-from megaactors.organisation import Organisation
+from megaactors.core.ledger import Ledger
+from megaactors.core.llm import LLMReply, SimulatedLLM
+from megaactors.core.messages import Batch
+from megaactors.core.organisation import Organisation
+from megaactors.core.trace import Trace
+from megaactors.errors import ParameterError
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
-from megaactors.spec import ParameterError
-from megaactors.trace import Trace
 
 __all__ = ["DEFAULT_TIME_SCALE", "LiveRuntime", "is_async_llm"]
 

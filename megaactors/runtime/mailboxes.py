@@ -32,8 +32,8 @@ from itertools import chain, islice, pairwise
 from operator import attrgetter
 from typing import Any, overload
 
-from megaactors.messages import ADMIN, INTRA, Packet
-from megaactors.organisation import Organisation
+from megaactors.core.messages import ADMIN, INTRA, Packet
+from megaactors.core.organisation import Organisation
 
 __all__ = ["ChannelLog", "Mailboxes", "Without"]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from operator import attrgetter
 
-from megaactors.behaviour import Send
-from megaactors.ledger import Ledger
-from megaactors.messages import ADMIN, HIERARCHY, INTRA, Batch, Packet, int_size, int_size_total
-from megaactors.organisation import Organisation, RouteError
+from megaactors.core.behaviour import Send
+from megaactors.core.ledger import Ledger
+from megaactors.core.messages import ADMIN, HIERARCHY, INTRA, Batch, Packet, int_size, int_size_total
+from megaactors.core.organisation import Organisation, RouteError
 
 __all__ = ["Postman", "check_routes", "is_broadcast"]
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from megaactors.ledger import Ledger
-    from megaactors.organisation import Organisation
-    from megaactors.trace import Trace
+    from megaactors.core.ledger import Ledger
+    from megaactors.core.organisation import Organisation
+    from megaactors.core.trace import Trace
 
 __all__ = ["RunResult"]
 

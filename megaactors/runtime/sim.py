@@ -21,8 +21,8 @@ from collections.abc import Callable
 from itertools import repeat
 from typing import Any
 
-from megaactors.agent import IDLE, PROCESSING, RESPONSE, Agent
-from megaactors.behaviour import (
+from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
+from megaactors.core.behaviour import (
     NOTHING,
     UNCHANGED,
     AgentContext,
@@ -33,15 +33,15 @@ from megaactors.behaviour import (
     ToolCall,
     ToolResult,
 )
-from megaactors.ledger import Ledger
-from megaactors.llm import SimulatedLLM
-from megaactors.messages import Batch
-from megaactors.organisation import Organisation
+from megaactors.core.ledger import Ledger
+from megaactors.core.llm import SimulatedLLM
+from megaactors.core.messages import Batch
+from megaactors.core.organisation import Organisation
+from megaactors.core.trace import Trace
 from megaactors.runtime.events import EventQueue
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
-from megaactors.trace import Trace
 
 __all__ = ["SimRuntime"]
 

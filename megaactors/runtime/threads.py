@@ -35,13 +35,13 @@ The run ends when every agent is Idle and no message waits in an inbox; the acto
 are then stopped and their threads joined. An exception in an agent ends the run:
 the other agents stop at their next step (one in the middle of a simulated wait
 finishes that wait first) and :meth:`PykkaRuntime.run` raises it (a
-:class:`~megaactors.behaviour.BehaviourError` names the agent and the message).
+:class:`~megaactors.core.behaviour.BehaviourError` names the agent and the message).
 
 A thread per agent is capped machine-wide: :func:`thread_capacity` reads the
 kernel's limits (``threads-max``, ``pid_max``, the cgroup's ``pids.max``,
 ``RLIMIT_NPROC``, and ``vm.max_map_count`` for the threads' memory mappings) and
 the threads already in use, and the runtime refuses a larger organisation with a
-:class:`~megaactors.spec.ParameterError` before starting any actor. On the
+:class:`~megaactors.experiments.spec.ParameterError` before starting any actor. On the
 reference machine ``pid_max`` is 32,768 but ``vm.max_map_count`` (65,530) binds
 first, at about three mappings per thread: the capacity is about 21,600 agents,
 and a star chat round of 21,632 agents ran there (the next thread beyond about
@@ -69,15 +69,15 @@ try:  # sharing one envelope among a packet's recipients saves an allocation per
 except ImportError:  # pragma: no cover - another pykka layout: plain tells
     Envelope = None  # type: ignore[assignment,misc]
 
-from megaactors.agent import IDLE, PROCESSING, RESPONSE, Agent, AgentState
-from megaactors.behaviour import Behaviour, Effects, LLMRequest, ToolCall
-from megaactors.llm import SimulatedLLM
-from megaactors.messages import Batch, Packet
-from megaactors.organisation import Organisation
+from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent, AgentState
+from megaactors.core.behaviour import Behaviour, Effects, LLMRequest, ToolCall
+from megaactors.core.llm import SimulatedLLM
+from megaactors.core.messages import Batch, Packet
+from megaactors.core.organisation import Organisation
+from megaactors.errors import ParameterError
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.live import DEFAULT_TIME_SCALE, LiveRuntime
 from megaactors.runtime.result import RunResult
-from megaactors.spec import ParameterError
 
 __all__ = [
     "MAPS_PER_THREAD",

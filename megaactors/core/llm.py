@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from megaactors.behaviour import LLMRequest
+    from megaactors.core.behaviour import LLMRequest
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -89,22 +89,29 @@ DEFAULT_MODEL = "gpt-4o-mini"
 
 @dataclass(frozen=True, slots=True)
 class LatencyModel:
-    """Per-call latency: a lognormal time to first token plus a per-output-token time.
+    """Per-call latency: ``median_s·exp(sigma·z) + prefill_s_per_token·input_tokens +
+    per_output_token_s·output_tokens`` for a standard normal ``z``.
 
-    ``sigma = 0`` makes the first part constant (``median_s``).
+    ``sigma = 0`` makes the first part constant (``median_s``); ``prefill_s_per_token = 0``
+    (the default) makes latency independent of the prompt's length.
     """
 
     median_s: float = 1.0
     sigma: float = 0.5
     per_output_token_s: float = 0.02
+    prefill_s_per_token: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (self.median_s >= 0 and self.sigma >= 0 and self.per_output_token_s >= 0):
-            raise ValueError(f"latency parameters must be non-negative: {self}")
+        values = (self.median_s, self.sigma, self.per_output_token_s, self.prefill_s_per_token)
+        if not all(v >= 0 and math.isfinite(v) for v in values):
+            raise ValueError(f"latency parameters must be finite and non-negative: {self}")
 
-    def sample(self, z: float, output_tokens: int) -> float:
-        """Latency for a standard normal draw ``z`` and a reply of ``output_tokens``."""
+    def sample(self, z: float, output_tokens: int, input_tokens: int = 0) -> float:
+        """Latency for a standard normal draw ``z``, a prompt of ``input_tokens`` and a
+        reply of ``output_tokens``."""
         base = self.median_s * math.exp(self.sigma * z) if self.sigma else self.median_s
+        if self.prefill_s_per_token:
+            base += input_tokens * self.prefill_s_per_token
         return base + output_tokens * self.per_output_token_s
 
 
@@ -163,6 +170,7 @@ class SimulatedLLM:
             latency.median_s,
             latency.sigma,
             latency.per_output_token_s,
+            latency.prefill_s_per_token,
             price.input_per_m,
             price.output_per_m,
         )
@@ -177,7 +185,7 @@ class SimulatedLLM:
     ) -> LLMReply:
         """Cost and latency of call ``call_index`` of ``agent``, whose prompt holds
         ``memory_tokens`` of memory and ``new_tokens`` new tokens."""
-        system, default_out, median, sigma, per_token, per_m_in, per_m_out = self._constants
+        system, default_out, median, sigma, per_token, prefill, per_m_in, per_m_out = self._constants
         tokens_in = system + memory_tokens + new_tokens
         tokens_out = request.output_tokens
         if tokens_out is None:
@@ -194,6 +202,8 @@ class SimulatedLLM:
             base = median * _exp(sigma * z)
         else:
             base = median
+        if prefill:
+            base += tokens_in * prefill
         return LLMReply(
             tokens_in,
             tokens_out,

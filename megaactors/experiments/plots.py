@@ -2,7 +2,7 @@
 
 Every function returns a :class:`matplotlib.figure.Figure` (made without pyplot, so
 nothing global is touched; Jupyter displays it) and :func:`save_figure` writes it as
-PNG and SVG. From sweep rows (:func:`megaactors.sweep.load_results`):
+PNG and SVG. From sweep rows (:func:`megaactors.experiments.sweep.load_results`):
 
 * :func:`cost_figure` — messages, bytes, tokens or dollars versus N on log–log axes,
   one line per organisation with its fitted scaling exponent, the spread over seeds
@@ -29,15 +29,15 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from megaactors.agent import AgentState
-from megaactors.messages import ADMIN, HIERARCHY, INTRA
-from megaactors.sweep import OPTIMAL, PARAMS, closed_form_messages, optimal_group_size
+from megaactors.core.agent import AgentState
+from megaactors.core.messages import ADMIN, HIERARCHY, INTRA
+from megaactors.experiments.sweep import OPTIMAL, PARAMS, closed_form_messages, optimal_group_size
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
 
-    from megaactors.organisation import Organisation
+    from megaactors.core.organisation import Organisation
     from megaactors.runtime.result import RunResult
     from megaactors.runtime.sim import SimRuntime
 

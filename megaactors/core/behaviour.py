@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from megaactors.llm import LLMReply
-    from megaactors.messages import Batch
-    from megaactors.organisation import Organisation
+    from megaactors.core.llm import LLMReply
+    from megaactors.core.messages import Batch
+    from megaactors.core.organisation import Organisation
 
 __all__ = [
     "NOTHING",

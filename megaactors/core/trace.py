@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING, Any
 
-from megaactors.agent import AgentState
+from megaactors.core.agent import AgentState
 
 if TYPE_CHECKING:
     import pandas as pd

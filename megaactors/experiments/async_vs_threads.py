@@ -10,7 +10,7 @@ the memory each concurrent call added (peak RSS less the RSS before the agents
 were created, over N). The peak is the kernel's high-water mark (``VmHWM``),
 reset just before the run where Linux allows it.
 
-    python -m megaactors.async_vs_threads asyncio 500 50   # one side, JSON on stdout
+    python -m megaactors.experiments.async_vs_threads asyncio 500 50   # one side, JSON on stdout
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import subprocess
 import sys
 from typing import Any
 
-from megaactors.behaviour import Effects, LLMRequest
-from megaactors.llm import LatencyModel, SimulatedLLM
-from megaactors.organisation import Organisation
+from megaactors.core.behaviour import Effects, LLMRequest
+from megaactors.core.llm import LatencyModel, SimulatedLLM
+from megaactors.core.organisation import Organisation
 
 __all__ = ["KINDS", "OneCall", "compare", "format_comparison", "measure", "measure_here"]
 
@@ -101,7 +101,7 @@ def measure_here(kind: str, calls: int, latency_ms: float) -> dict[str, float]:
 def measure(kind: str, calls: int, latency_ms: float) -> dict[str, float]:
     """:func:`measure_here` in a fresh Python process."""
     out = subprocess.run(
-        [sys.executable, "-m", "megaactors.async_vs_threads", kind, str(calls), repr(float(latency_ms))],
+        [sys.executable, "-m", "megaactors.experiments.async_vs_threads", kind, str(calls), repr(float(latency_ms))],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONHASHSEED": "0"},

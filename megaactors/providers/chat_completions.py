@@ -1,9 +1,9 @@
 """A real LLM endpoint: an OpenAI-compatible chat-completions client on async HTTP.
 
 :class:`ChatCompletionsClient` posts to ``{base_url}/chat/completions`` with
-aiohttp and can stand in for :class:`~megaactors.llm.SimulatedLLM` as the
+aiohttp and can stand in for :class:`~megaactors.core.llm.SimulatedLLM` as the
 asyncio runtime's LLM (it has ``async acomplete(...)`` with the same arguments as
-``complete``, and a :class:`~megaactors.llm.TokenModel` for the agents' memory
+``complete``, and a :class:`~megaactors.core.llm.TokenModel` for the agents' memory
 window). Token counts come from the response's ``usage`` field, so the ledger
 shows what the server billed; dollars come from the price table (zero for a model
 it does not list, e.g. a local one).
@@ -33,9 +33,9 @@ from typing import Any
 
 import aiohttp
 
-from megaactors.behaviour import LLMRequest
-from megaactors.llm import PRICES, LLMReply, Price, TokenModel
-from megaactors.spec import ParameterError
+from megaactors.core.behaviour import LLMRequest
+from megaactors.core.llm import PRICES, LLMReply, Price, TokenModel
+from megaactors.errors import ParameterError
 
 __all__ = ["RETRYABLE_STATUS", "ChatCompletionsClient", "LLMClientError"]
 

@@ -7,17 +7,14 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from megaactors.behaviours.chat_round import ChatRound
-from megaactors.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel
-from megaactors.organisation import Organisation
+from megaactors.core.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel
+from megaactors.core.organisation import Organisation
+from megaactors.errors import ParameterError
 from megaactors.runtime.result import RunResult
 
 __all__ = ["TOPOLOGIES", "ParameterError", "RunSpec"]
 
 TOPOLOGIES = ("flat", "star", "two-tier", "hierarchy")
-
-
-class ParameterError(ValueError):
-    """Impossible run parameters; the text names the parameter."""
 
 
 @dataclass(frozen=True)

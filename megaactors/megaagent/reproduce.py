@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from megaactors.agent import AgentState
 from megaactors.behaviours.megaagent import STAGES
-from megaactors.llm import PRICES
+from megaactors.core.agent import AgentState
+from megaactors.core.llm import PRICES
 from megaactors.megaagent import figures
 from megaactors.megaagent.calibration import REFERENCE_PROMPT_TOKENS, calibrate
 from megaactors.megaagent.complexity import DEFAULT_AGENTS, crossover, fit, sweep
@@ -70,7 +70,7 @@ def scenario_assumptions(name: str, sc: Scenario) -> list[str]:
         f"plus {lat.per_output_token_s} s per output token (≈ {1 / lat.per_output_token_s:.0f} tokens/s); "
         "assumed, typical of the OpenAI API in 2024–2025, not measured.",
         f"Prices: ${price.input_per_m} per million input and ${price.output_per_m} per million output tokens "
-        f"({sc.model} list price, megaactors.llm.PRICES).",
+        f"({sc.model} list price, megaactors.core.llm.PRICES).",
         f"Prompt: a system prompt of {sc.system_tokens} tokens (assumed; the reference log's first call reads 325) "
         f"plus a memory window of the last {sc.memory_window} items, the prompt and reply of each of the last "
         f"{sc.memory_window // 2} calls (the reference code keeps MAX_MEMORY = 10), plus the messages of the batch "

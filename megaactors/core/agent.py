@@ -14,12 +14,12 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from megaactors.messages import Batch
+from megaactors.core.messages import Batch
 
 if TYPE_CHECKING:
-    from megaactors.behaviour import Send
-    from megaactors.messages import Packet
-    from megaactors.trace import Trace
+    from megaactors.core.behaviour import Send
+    from megaactors.core.messages import Packet
+    from megaactors.core.trace import Trace
 
 __all__ = ["LEGAL_TRANSITIONS", "Agent", "AgentState", "TransitionError"]
 

@@ -1,6 +1,6 @@
 """Parameter sweeps: a grid of run parameters → one result row per run → CSV and DataFrame.
 
-A *grid* maps :class:`~megaactors.spec.RunSpec` parameter names to lists of values
+A *grid* maps :class:`~megaactors.experiments.spec.RunSpec` parameter names to lists of values
 (a single value stands for a one-element list); a list of grids is their union. Every
 combination becomes one run; parameters a topology ignores (``group_size`` outside
 two-tier, ``fanout`` outside hierarchy) are set to their defaults so each distinct run
@@ -37,8 +37,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from megaactors.messages import CHANNELS
-from megaactors.spec import ParameterError, RunSpec
+from megaactors.core.messages import CHANNELS
+from megaactors.experiments.spec import ParameterError, RunSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -220,7 +220,7 @@ def _plain(value: Any) -> Any:
 
 def plan(grid: GridLike, max_messages: int | None = None) -> list[PlannedRun]:
     """Every distinct run of the grid, in grid order; bad values raise
-    :class:`~megaactors.spec.ParameterError` naming the parameter."""
+    :class:`~megaactors.experiments.spec.ParameterError` naming the parameter."""
     if max_messages is not None and (not isinstance(max_messages, int) or max_messages < 0):
         raise SweepError(f"max messages must be an integer >= 0, got {max_messages!r}")
     runs: dict[str, PlannedRun] = {}

@@ -23,7 +23,7 @@ from typing import Any
 
 import networkx as nx
 
-from megaactors.messages import ADMIN, CHANNELS, HIERARCHY, INTRA
+from megaactors.core.messages import ADMIN, CHANNELS, HIERARCHY, INTRA
 
 __all__ = ["KINDS", "Organisation", "OrganisationError", "RecruitError", "RouteError"]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING, Any
 
-from megaactors.messages import CHANNELS
+from megaactors.core.messages import CHANNELS
 
 if TYPE_CHECKING:
-    from megaactors.llm import LLMReply
-    from megaactors.organisation import Organisation
+    from megaactors.core.llm import LLMReply
+    from megaactors.core.organisation import Organisation
 
 __all__ = ["AGENT_COLUMNS", "Ledger"]
 
