@@ -15,6 +15,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from megaactors.core.messages import Batch
+from megaactors.errors import TransitionError
 
 if TYPE_CHECKING:
     from megaactors.core.behaviour import Send
@@ -40,10 +41,6 @@ LEGAL_TRANSITIONS: frozenset[tuple[AgentState, AgentState]] = frozenset(
 
 
 _LEGAL = tuple(tuple((f, t) in LEGAL_TRANSITIONS for t in AgentState) for f in AgentState)
-
-
-class TransitionError(RuntimeError):
-    """An agent was asked to make a move its state machine does not allow."""
 
 
 class Agent:

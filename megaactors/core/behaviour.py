@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from megaactors.errors import BehaviourError
+
 if TYPE_CHECKING:
     from megaactors.core.llm import LLMReply
     from megaactors.core.messages import Batch
@@ -42,10 +44,6 @@ class _Unchanged:
 
 UNCHANGED: Any = _Unchanged()
 """Marker for :attr:`Effects.state`: keep the agent's state as it is."""
-
-
-class BehaviourError(RuntimeError):
-    """A behaviour raised; the text names the agent and the message it was handling."""
 
 
 @dataclass(slots=True)

@@ -14,6 +14,8 @@ from typing import Any, overload
 
 import msgpack
 
+from megaactors.errors import MessageError
+
 __all__ = [
     "ADMIN",
     "CHANNELS",
@@ -46,10 +48,6 @@ MAX_MESSAGE_BYTES = 1 << 20
 """Size cap for decoding untrusted bytes (1 MiB)."""
 
 _FIELDS = ("id", "sender", "recipient", "channel", "kind", "payload", "parent", "sent_at")
-
-
-class MessageError(ValueError):
-    """A message could not be encoded or decoded; the text names the problem."""
 
 
 class Packet:

@@ -24,22 +24,11 @@ from typing import Any
 import networkx as nx
 
 from megaactors.core.messages import ADMIN, CHANNELS, HIERARCHY, INTRA
+from megaactors.errors import OrganisationError, RecruitError, RouteError
 
 __all__ = ["KINDS", "Organisation", "OrganisationError", "RecruitError", "RouteError"]
 
 KINDS = ("flat", "star", "two-tier", "hierarchy", "custom")
-
-
-class OrganisationError(ValueError):
-    """An organisation cannot be built from the given parameters or graph."""
-
-
-class RouteError(PermissionError):
-    """A send the routing rules do not allow."""
-
-
-class RecruitError(RuntimeError):
-    """A recruitment the organisation does not allow (fan-out cap reached)."""
 
 
 def _positive(name: str, value: int, minimum: int = 1) -> int:

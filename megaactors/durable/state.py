@@ -46,6 +46,7 @@ from megaactors.core.behaviour import UNCHANGED, Effects, LLMRequest, Send, Tool
 from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.core.messages import ADMIN, CHANNELS, Packet
 from megaactors.core.organisation import Organisation
+from megaactors.errors import StateError
 from megaactors.runtime.events import EventQueue
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.sim import _START, SimRuntime, _ToolInFlight
@@ -85,10 +86,6 @@ _SCALARS = (
     "lock_wait_s",
 )
 _STATES = tuple(AgentState)
-
-
-class StateError(ValueError):
-    """A snapshot does not describe a run of these parameters."""
 
 
 class _RecordingPostman(Postman):

@@ -31,6 +31,17 @@ from typing import Any
 import msgpack
 import zstandard
 
+from megaactors.errors import (
+    CorruptStoreError,
+    FencingError,
+    FormatVersionError,
+    LeaseHeldError,
+    RunExistsError,
+    StoreError,
+    UnknownRunError,
+    VersionMismatchError,
+)
+
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
@@ -66,38 +77,6 @@ _MAGIC = b"MACK"
 _HEADER = struct.Struct(">4sHB")  # magic, format version, codec
 _ZSTD = 1
 _decompressor = zstandard.ZstdDecompressor()
-
-
-class StoreError(Exception):
-    """A durable-store problem, described in one line."""
-
-
-class CorruptStoreError(StoreError):
-    """The file or database is not a megaactors store (corrupt or another application's)."""
-
-
-class FormatVersionError(StoreError):
-    """The store or a checkpoint was written in a format version this code does not read."""
-
-
-class UnknownRunError(StoreError):
-    """No run has this id."""
-
-
-class RunExistsError(StoreError):
-    """A run with this id already exists."""
-
-
-class LeaseHeldError(StoreError):
-    """Another worker holds the run's lease."""
-
-
-class FencingError(StoreError):
-    """This worker no longer holds the run: its claim was superseded, cancelled or expired."""
-
-
-class VersionMismatchError(StoreError):
-    """The run belongs to another runtime version."""
 
 
 def pack_state(state: Any) -> bytes:
