@@ -76,7 +76,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph[node]):
             if colour[nxt] == 1:
-                return path[path.index(nxt) :] + [nxt]
+                return [*path[path.index(nxt) :], nxt]
             if colour[nxt] == 0 and (cycle := visit(nxt)) is not None:
                 return cycle
         path.pop()
