@@ -116,6 +116,16 @@ class Ledger:
         self.peak_llm_in_flight += part["peak_llm_in_flight"]
 
     @property
+    def stages(self) -> dict[str, list[float]]:
+        """Running sums ``[calls, tokens in, tokens out, dollars]`` by stage label (the
+        raw form of :attr:`by_stage`, as a checkpoint stores it)."""
+        return self._stages
+
+    @stages.setter
+    def stages(self, value: dict[str, list[float]]) -> None:
+        self._stages = value
+
+    @property
     def by_stage(self) -> dict[str, dict[str, float]]:
         """LLM calls, tokens and dollars per stage label."""
         return {

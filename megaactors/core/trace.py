@@ -39,6 +39,11 @@ class Trace:
     def __len__(self) -> int:
         return len(self.t_agent)
 
+    def clear(self) -> None:
+        """Forget every row."""
+        for column in (self.t_agent, self.t_from, self.t_to, self.t_time, self.b_agent, self.b_time, self.b_size):
+            del column[:]
+
     def transitions(self) -> list[tuple[int, str, str, float]]:
         """Every transition as ``(agent, from, to, time)`` with state names."""
         names = [s.name for s in AgentState]

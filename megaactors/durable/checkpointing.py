@@ -163,7 +163,7 @@ class _Writer:
         led = rt.ledger
         meta = {
             "step": step,
-            "events": rt.steps,
+            "events": rt.events_run,
             "virtual_time_s": rt.now,
             "agents_changed": len(state["agents"]["ids"]) // 8 if "agents" in state else len(rt.agents),
             "packets": len(state["packets"]["first_id"]) // 8 if "packets" in state else 0,
@@ -275,10 +275,10 @@ def run_durable(
                 writer.write(rt, step)
             else:
                 chain = store.chain(run_id, latest.step)
-                rt.restore([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
+                rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
                 writer.resume(chain, rt)
                 step = progress.resumed_from = latest.step
-            wall_before = rt._wall
+            wall_before = rt.wall_s
             every = options.checkpoint_every
             while not rt.finished:
                 if lost is not None and lost():
@@ -286,12 +286,12 @@ def run_durable(
                 rt.advance(_window_end(rt.next_event_time or 0.0, options.step_s))
                 step += 1
                 if step % every == 0 or rt.finished:
-                    rt._wall = wall_before + time.perf_counter() - wall0
+                    rt.wall_s = wall_before + time.perf_counter() - wall0
                     writer.write(rt, step)
                 if on_step is not None:
                     on_step(step)
             writer.close()
-            rt._wall = wall_before + time.perf_counter() - wall0
+            rt.wall_s = wall_before + time.perf_counter() - wall0
     finally:
         writer.close()
     progress.steps = step
@@ -317,6 +317,6 @@ def fork_run(
     rt = DurableSim(spec.organisation(), spec.behaviour(), spec.llm(), seed=spec.seed,
                     max_concurrent_llm=spec.max_concurrent_llm, serial=spec.serial, trace=spec.trace)  # fmt: skip
     chain = store.chain(run_id, step)
-    rt.restore([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
+    rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
     meta = {**store.get(run_id, step).meta, "forked_from": [run_id, step]}
     store.fork(run_id, step, new_run_id, params=params, snapshot=(meta, seal_state(pack_state(rt.full()))))
