@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 from typing import Any
 
 from megaactors.cli.common import CommandError, add_run_options, spec_from_args
 from megaactors.cli.durable_common import add_durable_options, run_checkpointed
 from megaactors.experiments.spec import ParameterError
-from megaactors.runtime import RUNTIMES
 
 __all__ = ["format_summary", "register"]
 
@@ -39,8 +37,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.time_scale is not None:
         if not 0 < args.time_scale < float("inf"):
             raise CommandError(f"time scale must be a finite number > 0, got {args.time_scale}")
-        if "time_scale" in inspect.signature(RUNTIMES[spec.runtime]).parameters:
-            options["time_scale"] = args.time_scale
+        options["time_scale"] = args.time_scale  # a RuntimeOptions field: runtimes in virtual time ignore it
     try:
         summary = spec.execute(**options).summary()
     except ParameterError as exc:

@@ -45,6 +45,7 @@ from megaactors.core.behaviour import Behaviour
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.state import DurableSim
 from megaactors.durable.store import (
+    CheckpointLog,
     CheckpointRecord,
     CheckpointStore,
     FencingError,
@@ -126,7 +127,7 @@ class _Writer:
     connection, at most one checkpoint behind, while the next super-step runs. A
     failed write is raised by the next :meth:`write` or by :meth:`close`."""
 
-    def __init__(self, store: CheckpointStore, lease: Lease, full_ratio: float, progress: Progress) -> None:
+    def __init__(self, store: CheckpointLog, lease: Lease, full_ratio: float, progress: Progress) -> None:
         self.store, self.lease, self.full_ratio, self.progress = store, lease, full_ratio, progress
         self.base: int | None = None
         self.parent: int | None = None

@@ -12,8 +12,23 @@ from megaactors.runtime.aio import AsyncioRuntime
 from megaactors.runtime.options import Runtime, RuntimeOptions
 from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim import SimRuntime
+from megaactors.runtime.stepper import StepRuntime
 from megaactors.runtime.threads import PykkaRuntime
 
-RUNTIMES: dict[str, type[Runtime]] = {"sim": SimRuntime, "asyncio": AsyncioRuntime, "pykka": PykkaRuntime}
+RUNTIMES: dict[str, type[Runtime]] = {
+    "sim": SimRuntime,
+    "asyncio": AsyncioRuntime,
+    "pykka": PykkaRuntime,
+    "step": StepRuntime,
+}
 
-__all__ = ["RUNTIMES", "AsyncioRuntime", "PykkaRuntime", "RunResult", "Runtime", "RuntimeOptions", "SimRuntime"]
+__all__ = [
+    "RUNTIMES",
+    "AsyncioRuntime",
+    "PykkaRuntime",
+    "RunResult",
+    "Runtime",
+    "RuntimeOptions",
+    "SimRuntime",
+    "StepRuntime",
+]

@@ -95,12 +95,14 @@ class Acquire:
 
 
 class Sleep:
-    """Wait ``seconds`` (of wall time; virtual time on a virtual clock)."""
+    """Wait ``seconds`` (of wall time; virtual time on a virtual clock) for ``what``:
+    an ``llm`` call's latency or a ``tool`` call's duration."""
 
-    __slots__ = ("seconds",)
+    __slots__ = ("seconds", "what")
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, what: str) -> None:
         self.seconds = seconds
+        self.what = what
 
 
 class Ask:
@@ -354,7 +356,7 @@ class LiveRuntime(ABC):
                     core.in_flight -= 1
             if delay > 0:
                 try:
-                    yield Sleep(delay)
+                    yield Sleep(delay, "llm")
                 finally:
                     with shared:
                         core.in_flight -= 1
@@ -375,7 +377,7 @@ class LiveRuntime(ABC):
                 held = True
                 self.check_running()
             started = self.now()
-            yield Sleep(call.duration_s * self.time_scale)  # a driver does not wait for 0
+            yield Sleep(call.duration_s * self.time_scale, "tool")  # a driver does not wait for 0
         finally:
             if held:
                 self.release(gate, a)  # type: ignore[arg-type]
