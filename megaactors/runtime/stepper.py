@@ -113,27 +113,29 @@ class StepRuntime(LiveRuntime):
             self._ready.append(turn)
         a, cycle, value = self._ready.popleft()
         self.steps += 1
-        try:
-            wait = cycle.send(value)
-        except StopIteration:
-            self._busy[a.id] = 0
-            return Step(self.clock, a.id, "idle")
-        kind = type(wait)
-        if kind is Sleep:
-            self._seq += 1
-            heapq.heappush(self._timers, (self.clock + wait.seconds, self._seq, (a, cycle, None)))  # type: ignore[union-attr]
-            return Step(self.clock, a.id, wait.what)  # type: ignore[union-attr]
-        if kind is Acquire:
-            gate = wait.gate  # type: ignore[union-attr]
-            if gate.try_acquire(a):
-                self._ready.appendleft((a, cycle, None))  # it goes on at once
+        while True:  # until the agent waits for something that is not there yet, or is Idle
+            try:
+                wait = cycle.send(value)
+            except StopIteration:
+                self._busy[a.id] = 0
+                return Step(self.clock, a.id, "idle")
+            value = None
+            kind = type(wait)
+            if kind is Sleep:
+                if wait.seconds > 0:  # type: ignore[union-attr]
+                    self._seq += 1
+                    turn = (a, cycle, None)
+                    heapq.heappush(self._timers, (self.clock + wait.seconds, self._seq, turn))  # type: ignore[union-attr]
+                    return Step(self.clock, a.id, wait.what)  # type: ignore[union-attr]
+            elif kind is Acquire:
+                gate = wait.gate  # type: ignore[union-attr]
+                if not gate.try_acquire(a):
+                    gate.wait(a, (a, cycle, None))
+                    return Step(self.clock, a.id, "gate")
+            elif kind is Ask:
+                value = self.llm.complete(*wait.args)  # type: ignore[union-attr]
             else:
-                gate.wait(a, (a, cycle, None))
-            return Step(self.clock, a.id, "gate")
-        if kind is Ask:
-            self._ready.appendleft((a, cycle, self.llm.complete(*wait.args)))  # type: ignore[union-attr]
-            return Step(self.clock, a.id, "llm")
-        raise RuntimeError(f"agent {a.id}: the step runtime cannot wait for {wait!r}")
+                raise RuntimeError(f"agent {a.id}: the step runtime cannot wait for {wait!r}")
 
     def run(self) -> RunResult:
         """Step until nothing is left to run; return the result."""
