@@ -40,7 +40,7 @@ def handle_async_vs_threads(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.latency_ms) and args.latency_ms >= 0):
         raise CommandError(f"latency ms must be a finite number >= 0, got {args.latency_ms}")
     capacity = thread_capacity()["capacity"]
-    if args.calls > capacity:  # type: ignore[operator]
+    if args.calls > capacity:
         raise CommandError(f"calls: threads need one thread per call and this machine can start {capacity:,} more")
     try:
         result = compare(args.calls, args.latency_ms)

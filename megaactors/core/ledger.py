@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AGENT_COLUMNS", "Ledger"]
 
-_ADDITIVE = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd", "llm_time_s")
+_ADDITIVE: tuple[str, ...] = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd", "llm_time_s")
 _ADDITIVE += ("tool_calls", "tool_time_s", "lock_wait_s")
 """Totals that add up over the parts of a run."""
 

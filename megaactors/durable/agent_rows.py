@@ -60,6 +60,7 @@ def encode_agent_rows(state: SimState, ids: list[int], memory_kinds: np.ndarray 
     """The records of agents ``ids`` by column (memory ``kinds`` None: all in full)."""
     chosen = list(map(state.agents.__getitem__, ids))
     phase, data, batch_tokens, pending, outbox, inbox = (list(map(get, chosen)) for get in _AGENT)
+    memory: list[Any]
     if memory_kinds is None:
         memory = [None, list(map(_MEMORY, chosen))]
     else:

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from megaactors.durable.store import CheckpointStore, Lease, decode_state, encode_state
+from megaactors.durable.store import CheckpointRecord, CheckpointStore, Lease, decode_state, encode_state
 from megaactors.errors import (
     FencingError,
     LeaseHeldError,
@@ -38,7 +38,7 @@ from megaactors.errors import (
     VersionMismatchError,
 )
 
-__all__ = ["StoreConformance", "StoreMachine", "blob", "held"]
+__all__ = ["StoreConformance", "StoreMachine", "blob", "claimed", "held", "state_of"]
 
 V = "9.9.9"
 """The runtime version the suite's runs belong to."""
@@ -47,6 +47,18 @@ V = "9.9.9"
 def held(store: CheckpointStore, run_id: str = "r", lease_s: float = 30.0) -> Lease:
     """A new run, held by worker ``w1``."""
     lease = store.create_run(run_id, {"agents": 3}, {"every": 1}, version=V, owner="w1", lease_s=lease_s)
+    assert lease is not None
+    return lease
+
+
+def state_of(record: CheckpointRecord | None) -> Any:
+    """The decoded state of a checkpoint read with its state."""
+    assert record is not None and record.state is not None
+    return decode_state(record.state)
+
+
+def claimed(lease: Lease | None) -> Lease:
+    """A lease a claim must have returned."""
     assert lease is not None
     return lease
 
@@ -66,8 +78,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.store = self.factory()
         self.tag = f"m{id(self)}{time.monotonic_ns()}"
         self.model: dict[str, list[tuple[int, int, str]]] = {}  # run -> [(step, base, kind)]
-        self.leases: dict[str, object] = {}
-        self.stale: dict[str, object] = {}
+        self.leases: dict[str, Lease] = {}
+        self.stale: dict[str, Lease] = {}
         self.count = 0
 
     def teardown(self) -> None:
@@ -77,7 +89,7 @@ class StoreMachine(RuleBasedStateMachine):
     def create(self) -> None:
         rid = f"{self.tag}-{self.count}"
         self.count += 1
-        self.leases[rid] = self.store.create_run(rid, {"n": 1}, {}, version=V, owner="w", lease_s=60)
+        self.leases[rid] = claimed(self.store.create_run(rid, {"n": 1}, {}, version=V, owner="w", lease_s=60))
         self.model[rid] = []
 
     @precondition(lambda self: self.leases)
@@ -133,7 +145,8 @@ class StoreMachine(RuleBasedStateMachine):
             assert [(c.step, c.base_step, c.kind) for c in self.store.list(rid)] == rows
             if rows:
                 latest = self.store.latest(rid)
-                assert latest.step == rows[-1][0] and decode_state(latest.state) == decode_state(blob(rows[-1][0] % 7))
+                assert latest is not None and latest.step == rows[-1][0]
+                assert state_of(latest) == decode_state(blob(rows[-1][0] % 7))
                 assert [c.step for c in self.store.chain(rid, rows[-1][0])] == [
                     r[0] for r in rows if r[1] == rows[-1][1]
                 ]
@@ -166,7 +179,7 @@ class StoreConformance:
         assert (
             latest is not None
             and latest.step == 5
-            and decode_state(latest.state) == {"step": 5, "payload": [0] * 0 + list(range(5))}
+            and state_of(latest) == {"step": 5, "payload": [0] * 0 + list(range(5))}
         )
         assert store.get("r", 3).meta == {"step": 3, "virtual_time_s": 2.5}
         listed = store.list("r")
@@ -214,7 +227,7 @@ class StoreConformance:
             V,
         )
         assert [c.step for c in store.list("what-if")] == [3, 4]
-        assert decode_state(store.latest("what-if").state) == decode_state(blob(4))
+        assert state_of(store.latest("what-if")) == decode_state(blob(4))
         lease2 = store.claim("what-if", "w2", V, 30)
         store.write(lease2, 5, 4, 3, "delta", {"forked": True}, blob(50))
         assert store.get("r", 5).meta == {"s": 5} and store.get("what-if", 5).meta == {"forked": True}
@@ -255,8 +268,8 @@ class StoreConformance:
             store.create_run(rid, {}, {}, version=V)
             time.sleep(0.01)
         store.create_run("old", {}, {}, version="0.0.1")
-        first = store.claim_next("w1", V, 30)
-        second = store.claim_next("w2", V, 30)
+        first = claimed(store.claim_next("w1", V, 30))
+        second = claimed(store.claim_next("w2", V, 30))
         assert (first.run_id, first.fence, second.run_id) == ("a", 1, "b")
         assert store.claim_next("w3", V, 30) is None
         assert store.get_run("old").status == "queued"
@@ -273,7 +286,7 @@ class StoreConformance:
             store.write(old, 1, 0, 0, "delta", {}, blob(1))
         with pytest.raises(FencingError):
             store.renew(old, 30)
-        new = store.claim_next("w2", V, 30)
+        new = claimed(store.claim_next("w2", V, 30))
         assert (new.run_id, new.fence, store.get_run("r").attempts, store.get_run("r").owner) == ("r", 2, 2, "w2")
         for write in (
             lambda: store.write(old, 1, 0, 0, "delta", {}, blob(1)),
@@ -322,11 +335,11 @@ class StoreConformance:
         store.create_run("r", {}, {}, version=V, max_attempts=2)
         assert store.claim_next("w1", V, 0.1) is not None
         time.sleep(0.15)
-        assert store.claim_next("w2", V, 0.1).fence == 2
+        assert claimed(store.claim_next("w2", V, 0.1)).fence == 2
         time.sleep(0.15)
         assert store.claim_next("w3", V, 0.1) is None
         run = store.get_run("r")
-        assert run.status == "dead" and "gave up after 2 attempt(s)" in run.error
+        assert run.status == "dead" and "gave up after 2 attempt(s)" in str(run.error)
 
     def test_concurrent_claimers_never_share_a_run(self, store: CheckpointStore) -> None:
         for i in range(12):
@@ -383,7 +396,7 @@ class StoreConformance:
             None,
             {"made": True},
         )
-        assert decode_state(store.latest("w").state) == decode_state(blob(20))
+        assert state_of(store.latest("w")) == decode_state(blob(20))
         assert [c.step for c in store.chain("r", 3)] == [0, 1, 2, 3]
 
     def test_store_state_machine(self, new_store: Callable[[], CheckpointStore]) -> None:

@@ -11,6 +11,7 @@ JSON as they would in a database (tuples come back as lists, keys as strings).
 
 from __future__ import annotations
 
+import builtins
 import json
 import threading
 import time
@@ -109,7 +110,7 @@ class MemoryStore(CheckpointStore):
         with self._t.lock:
             return replace(self._run(run_id), now=self.now())
 
-    def list_runs(self, status: str | None = None) -> list[RunRecord]:
+    def list_runs(self, status: str | None = None) -> builtins.list[RunRecord]:
         with self._t.lock:
             now = self.now()
             runs = [r for r in self._t.runs.values() if status is None or r.status == status]
@@ -220,11 +221,11 @@ class MemoryStore(CheckpointStore):
                 raise StoreError(f"run {run_id!r} has no checkpoint of step {step}")
             return replace(row)
 
-    def list(self, run_id: str) -> list[CheckpointRecord]:
+    def list(self, run_id: str) -> builtins.list[CheckpointRecord]:
         with self._t.lock:
             return [replace(r, state=None) for _, r in sorted(self._rows(run_id).items())]
 
-    def checkpoints_between(self, run_id: str, first: int, last: int) -> list[CheckpointRecord]:
+    def checkpoints_between(self, run_id: str, first: int, last: int) -> builtins.list[CheckpointRecord]:
         with self._t.lock:
             rows = self._t.checkpoints.get(run_id, {})
             return [replace(r) for s, r in sorted(rows.items()) if first <= s <= last]
@@ -285,7 +286,7 @@ class MemoryStore(CheckpointStore):
                 if rid == run_id and e.status == "done"
             }
 
-    def outbox_entries(self, run_id: str) -> list[OutboxEntry]:
+    def outbox_entries(self, run_id: str) -> builtins.list[OutboxEntry]:
         with self._t.lock:
             rows = [(t, e) for (rid, _), (e, t) in self._t.outbox.items() if rid == run_id]
             return [replace(e, request=_copy(e.request), result=_copy(e.result)) for _, e in sorted(
@@ -323,7 +324,7 @@ class MemoryStore(CheckpointStore):
             c = Compensation(run_id, key, fence, reason, _copy(result))
             self._t.compensations[(run_id, key, fence)] = (c, self.now())
 
-    def compensations(self, run_id: str | None = None, status: str | None = "pending") -> list[Compensation]:
+    def compensations(self, run_id: str | None = None, status: str | None = "pending") -> builtins.list[Compensation]:
         with self._t.lock:
             rows = [
                 (t, c)

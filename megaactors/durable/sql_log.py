@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -71,12 +72,12 @@ class SQLCheckpointLog(SQLConnection, CheckpointLog):
             raise StoreError(f"run {run_id!r} has no checkpoint of step {step}")
         return self._row_to_cp(row)
 
-    def list(self, run_id: str) -> list[CheckpointRecord]:
+    def list(self, run_id: str) -> builtins.list[CheckpointRecord]:
         self._known(run_id)
         rows = self._all(f"SELECT {self._CP} FROM megaactors_checkpoints WHERE run_id = ? ORDER BY step", (run_id,))
         return [self._row_to_cp(r) for r in rows]
 
-    def checkpoints_between(self, run_id: str, first: int, last: int) -> list[CheckpointRecord]:
+    def checkpoints_between(self, run_id: str, first: int, last: int) -> builtins.list[CheckpointRecord]:
         rows = self._all(
             f"SELECT {self._CP}, state FROM megaactors_checkpoints WHERE run_id = ? AND step >= ? AND step <= ? "
             "ORDER BY step",

@@ -79,6 +79,7 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
             if not held:
                 return None
             expires = self._one("SELECT lease_expires FROM megaactors_runs WHERE run_id = ?", (run_id,))[0]
+        assert owner is not None  # held
         return Lease(run_id, owner, 1, expires)
 
     def get_run(self, run_id: str) -> RunRecord:

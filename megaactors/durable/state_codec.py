@@ -191,7 +191,7 @@ def column_dtype(column: array[Any] | bytearray) -> type:
 
 def cells_changed(column: array[Any], shadow: np.ndarray) -> np.ndarray:
     """Which cells of ``column`` differ from ``shadow`` (cells beyond it count as changed)."""
-    current = np.frombuffer(column, dtype=column_dtype(column))
+    current: np.ndarray = np.frombuffer(column, dtype=column_dtype(column))
     changed = np.ones(len(current), dtype=bool)
     k = min(len(shadow), len(current))
     np.not_equal(current[:k], shadow[:k], out=changed[:k])
@@ -205,7 +205,7 @@ def pick_cells(column: array[Any], at: np.ndarray) -> bytes:
 
 def set_cells(column: array[Any] | bytearray, at: bytes, values: bytes) -> None:
     """Write packed ``values`` into ``column`` at the packed int64 indices ``at``, in place."""
-    target = np.frombuffer(column, dtype=column_dtype(column))
+    target: np.ndarray = np.frombuffer(column, dtype=column_dtype(column))
     target[np.frombuffer(at, dtype=np.int64)] = np.frombuffer(values, dtype=target.dtype)
     del target  # release the buffer: the column may grow later
 

@@ -27,6 +27,7 @@ and :mod:`megaactors.durable.postgres` implement it over the same SQL,
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -291,6 +292,10 @@ class CheckpointLog(StoreConnection):
     forked into new runs, pruned."""
 
     @abstractmethod
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run's row (a fork copies its parameters; see :class:`RunQueueStore`)."""
+
+    @abstractmethod
     def write(
         self,
         lease: Lease,
@@ -312,10 +317,10 @@ class CheckpointLog(StoreConnection):
         """The checkpoint of ``step`` (with its state)."""
 
     @abstractmethod
-    def list(self, run_id: str) -> list[CheckpointRecord]:
+    def list(self, run_id: str) -> builtins.list[CheckpointRecord]:
         """Every checkpoint of a run, oldest first, without states."""
 
-    def chain(self, run_id: str, step: int) -> list[CheckpointRecord]:
+    def chain(self, run_id: str, step: int) -> builtins.list[CheckpointRecord]:
         """What restoring ``step`` needs: its full snapshot and the deltas up to it."""
         target = self.get(run_id, step)
         rows = [r for r in self.checkpoints_between(run_id, target.base_step, step) if r.base_step == target.base_step]
@@ -329,7 +334,7 @@ class CheckpointLog(StoreConnection):
         return rows
 
     @abstractmethod
-    def checkpoints_between(self, run_id: str, first: int, last: int) -> list[CheckpointRecord]:
+    def checkpoints_between(self, run_id: str, first: int, last: int) -> builtins.list[CheckpointRecord]:
         """Checkpoints with ``first <= step <= last`` with their states, oldest first."""
 
     @abstractmethod

@@ -9,13 +9,13 @@ conformance suite.
 """
 
 from megaactors.runtime.aio import AsyncioRuntime
-from megaactors.runtime.options import Runtime, RuntimeOptions
+from megaactors.runtime.options import Runtime, RuntimeFactory, RuntimeOptions
 from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim import SimRuntime
 from megaactors.runtime.stepper import StepRuntime
 from megaactors.runtime.threads import PykkaRuntime
 
-RUNTIMES: dict[str, type[Runtime]] = {
+RUNTIMES: dict[str, RuntimeFactory] = {
     "sim": SimRuntime,
     "asyncio": AsyncioRuntime,
     "pykka": PykkaRuntime,
@@ -28,6 +28,7 @@ __all__ = [
     "PykkaRuntime",
     "RunResult",
     "Runtime",
+    "RuntimeFactory",
     "RuntimeOptions",
     "SimRuntime",
     "StepRuntime",

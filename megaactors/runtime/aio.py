@@ -40,7 +40,7 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from itertools import repeat
 from typing import Any, Protocol
 
@@ -60,7 +60,7 @@ __all__ = ["EVENT_LOOPS", "AsyncioRuntime", "Router", "new_event_loop"]
 
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 _STOP = object()  # resolves an Idle agent's wake-up future when the run is over
-_consume = deque(maxlen=0).extend  # runs an iterator to its end at C speed
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
 _append = list.append
 
 

@@ -196,10 +196,10 @@ class ShardRouter:
         if known or (listed and list(recipients) == sorted(recipients)):
             admins = type(recipients) is Without and recipients.members is self.rt.org.admins
             for j, (jlo, jhi) in self.ranges.items():
-                i, k = bisect.bisect_left(recipients, jlo), bisect.bisect_left(recipients, jhi)  # type: ignore[arg-type]
+                i, k = bisect.bisect_left(recipients, jlo), bisect.bisect_left(recipients, jhi)
                 if i < k:
                     if admins:  # the run lies wholly before or after the sender
-                        shift = int(i >= recipients.skip)  # type: ignore[union-attr]
+                        shift = int(i >= recipients.skip)  # type: ignore[attr-defined]
                         run: Any = (i + shift, k + shift)
                     else:
                         run = recipients[i:k]
@@ -207,18 +207,19 @@ class ShardRouter:
             local: Sequence[int] = (
                 ()
                 if to_logs  # delivered through the logs already
-                else recipients[bisect.bisect_left(recipients, self.lo) : bisect.bisect_left(recipients, self.hi)]  # type: ignore[arg-type]
+                else recipients[bisect.bisect_left(recipients, self.lo) : bisect.bisect_left(recipients, self.hi)]
             )
         else:
-            local = []
+            mine: list[int] = []
             bounds = self.bounds
             for k, run in groupby(enumerate(recipients), key=lambda ir: bisect.bisect_right(bounds, ir[1]) - 1):
                 positions = list(run)
                 ids = [r for _, r in positions]
                 if k == self.index:
-                    local.extend(ids)  # type: ignore[attr-defined]
+                    mine.extend(ids)
                 else:
                     self.outgoing[k].append((*head, first_id + positions[0][0], ids, overhead, False))
+            local = mine
         if not self.flushing:
             self.flushing = True
             asyncio.get_running_loop().call_soon(self._flush)

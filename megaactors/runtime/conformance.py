@@ -23,7 +23,6 @@ A runtime runs the whole suite with one fixture, ``runtime``, that gives its cla
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,7 +34,7 @@ from megaactors.core.llm import LatencyModel, SimulatedLLM
 from megaactors.core.messages import INTRA
 from megaactors.core.organisation import Organisation
 from megaactors.errors import BehaviourError, RouteError
-from megaactors.runtime.options import Runtime, RuntimeOptions
+from megaactors.runtime.options import RuntimeFactory, RuntimeOptions
 from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim import SimRuntime
 
@@ -50,9 +49,6 @@ __all__ = [
     "Trespasser",
     "run",
 ]
-
-RuntimeFactory = Callable[..., Runtime]
-"""A runtime class: ``(org, behaviour, llm, options) -> Runtime``."""
 
 
 def run(
@@ -204,6 +200,7 @@ class RuntimeConformance:
         org = Organisation.two_tier(24, 6)
         serial = run(runtime, org, ChatRound(), seed=3, serial=True)
         parallel = run(runtime, Organisation.two_tier(24, 6), ChatRound(), seed=3)
+        assert serial.trace is not None and parallel.trace is not None
         assert serial.trace.max_concurrent(AgentState.PROCESSING) == 1
         assert parallel.trace.max_concurrent(AgentState.PROCESSING) > 1
         assert serial.ledger.messages == parallel.ledger.messages == expected_messages(org)
@@ -221,6 +218,7 @@ class RuntimeConformance:
         result = run(runtime, Organisation.flat(5), ToolLoop(4), llm=slow_llm())
         assert result.ledger.by_stage["plan"]["llm_calls"] == 1
         assert result.ledger.by_stage["tool"]["llm_calls"] == 3
+        assert result.trace is not None
         moves = [(f, t) for a, f, t, _ in result.trace.transitions() if a == 0]
         assert moves == [
             ("IDLE", "PROCESSING"),

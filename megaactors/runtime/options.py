@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from megaactors.errors import ParameterError
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from megaactors.core.organisation import Organisation
     from megaactors.runtime.result import RunResult
 
-__all__ = ["DEFAULT_TIME_SCALE", "Runtime", "RuntimeOptions"]
+__all__ = ["DEFAULT_TIME_SCALE", "Runtime", "RuntimeFactory", "RuntimeOptions"]
 
 DEFAULT_TIME_SCALE = 0.01
 """Wall seconds per virtual second on a live runtime by default: a 1 s simulated LLM
@@ -82,7 +82,7 @@ class RuntimeOptions:
 class Runtime(Protocol):
     """A runtime: executes one behaviour over one organisation and reports the run."""
 
-    name: ClassVar[str]
+    name: str
     """The runtime's name in :data:`RUNTIMES` and in every result."""
     org: Organisation
     ledger: Ledger
@@ -95,3 +95,8 @@ class Runtime(Protocol):
     def result(self) -> RunResult:
         """Ledger, trace and behaviour states as they stand."""
         ...
+
+
+RuntimeFactory = Callable[..., Runtime]
+"""What :data:`~megaactors.runtime.RUNTIMES` holds: a runtime class, called as
+``factory(org, behaviour, llm=None, options=None, **option_fields)``."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any
 
@@ -45,7 +46,7 @@ from megaactors.runtime.sim_state import START, SimObserver, SimState, ToolInFli
 
 __all__ = ["SimRuntime"]
 
-_consume = deque(maxlen=0).extend  # runs an iterator to its end at C speed
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
 _append = list.append
 
 
