@@ -6,7 +6,7 @@ the deterministic simulation runtime is the default.
 """
 
 from megaactors.behaviours import ChatRound, MegaAgent, RetryLimitError, expected_messages
-from megaactors.core.agent import Agent, AgentState, TransitionError
+from megaactors.core.agent import Agent, AgentState, Phase, TransitionError
 from megaactors.core.behaviour import (
     AgentContext,
     Behaviour,
@@ -66,6 +66,7 @@ __all__ = [
     "OrganisationError",
     "Packet",
     "ParameterError",
+    "Phase",
     "PykkaRuntime",
     "RecruitError",
     "ResultsError",

@@ -7,7 +7,7 @@ import pytest
 from megaactors import ChatRound, Organisation, SimRuntime, expected_messages
 from megaactors.core.llm import LatencyModel, SimulatedLLM
 from megaactors.runtime.conformance import GitUser
-from megaactors.runtime.stepper import Step, StepRuntime
+from megaactors.runtime.stepper import StepRuntime, Turn
 
 
 def test_steps_run_one_agent_at_a_time_until_nothing_is_left() -> None:
@@ -17,13 +17,13 @@ def test_steps_run_one_agent_at_a_time_until_nothing_is_left() -> None:
     assert rt.ledger.llm_calls == 0 and not rt.finished  # nothing runs before the first step
     assert [agent for _, agent in rt.pending()] == list(range(org.n))  # every start, in id order
     first = rt.step()
-    assert isinstance(first, Step) and first.agent == 0 and first.waits_for == "llm" and first.time == 0.0
-    assert rt.ledger.llm_calls == 1 and rt.agents[0].state.name == "PROCESSING"
+    assert isinstance(first, Turn) and first.agent == 0 and first.waits_for == "llm" and first.time == 0.0
+    assert rt.ledger.llm_calls == 1 and rt.agents[0].phase.name == "PROCESSING"
     steps = [first]
     while (step := rt.step()) is not None:
         steps.append(step)
         assert step.time >= steps[-2].time  # the clock never goes back
-    assert rt.finished and rt.steps == len(steps)
+    assert rt.finished and rt.turns == len(steps)
     assert steps[-1].waits_for == "idle" and "agent" in str(steps[-1])
     result = rt.result()
     assert result.ledger.messages == expected_messages(org, 2)

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from megaactors.core.agent import AgentState
+from megaactors.core.agent import Phase
 from megaactors.core.behaviour import LLMRequest, Send, ToolCall
 from megaactors.core.llm import SimulatedLLM
 from megaactors.durable.state_codec import encode_call, encode_request, encode_send, spread, uniform
@@ -35,7 +35,7 @@ from megaactors.runtime.sim_state import START, SimState, ToolInFlight
 
 __all__ = ["encode_agent_rows", "load_agent_rows"]
 
-_AGENT = tuple(map(attrgetter, ("state", "data", "batch_tokens", "pending", "outbox", "inbox")))
+_AGENT = tuple(map(attrgetter, ("phase", "data", "batch_tokens", "pending", "outbox", "inbox")))
 _MEMORY = attrgetter("memory")
 _FIRST_ID = attrgetter("first_id")
 _FIRST = itemgetter(0)
@@ -43,7 +43,7 @@ _SECOND = itemgetter(1)
 _THIRD = itemgetter(2)
 _TOKENS_OUT = attrgetter("tokens_out")
 _STAGE = attrgetter("stage")
-_PHASES = tuple(AgentState)
+_PHASES = tuple(Phase)
 
 
 def _event_positions(state: SimState) -> tuple[list[tuple[float, int, int]], np.ndarray]:
@@ -142,7 +142,7 @@ def load_agent_rows(
         ids, rows["state"], rows["data"], array("q", rows["batch_tokens"]), strict=True
     ):
         a = agents[aid]
-        a.state = _PHASES[phase]
+        a.phase = _PHASES[phase]
         a.data = data
         a.calls = calls[aid]
         a.batch_tokens = batch_tokens

@@ -108,7 +108,7 @@ class Progress:
 
     resumed_from: int | None = None
     """Step of the checkpoint this process started from (None: from scratch)."""
-    steps: int = 0
+    super_steps: int = 0
     """The last super-step."""
     checkpoints: int = 0
     full_snapshots: int = 0
@@ -117,6 +117,11 @@ class Progress:
     """Seconds the simulation's thread spent describing and packing states."""
     outbox_performed: int = 0
     outbox_replayed: int = 0
+
+    @property
+    def steps(self) -> int:
+        """Former name of :attr:`super_steps`."""
+        return self.super_steps
 
 
 class _Writer:
@@ -295,7 +300,7 @@ def run_durable(
             rt.wall_s = wall_before + time.perf_counter() - wall0
     finally:
         writer.close()
-    progress.steps = step
+    progress.super_steps = step
     progress.outbox_performed, progress.outbox_replayed = outbox.performed, outbox.replayed
     result = rt.result()
     result.params = spec.result_params()

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from megaactors.behaviours.chat_round import ChatRound, expected_messages
-from megaactors.core.agent import AgentState
+from megaactors.core.agent import Phase
 from megaactors.core.behaviour import AgentContext, Effects, LLMRequest, Send, ToolCall
 from megaactors.core.llm import LatencyModel, SimulatedLLM
 from megaactors.core.messages import INTRA
@@ -201,8 +201,8 @@ class RuntimeConformance:
         serial = run(runtime, org, ChatRound(), seed=3, serial=True)
         parallel = run(runtime, Organisation.two_tier(24, 6), ChatRound(), seed=3)
         assert serial.trace is not None and parallel.trace is not None
-        assert serial.trace.max_concurrent(AgentState.PROCESSING) == 1
-        assert parallel.trace.max_concurrent(AgentState.PROCESSING) > 1
+        assert serial.trace.max_concurrent(Phase.PROCESSING) == 1
+        assert parallel.trace.max_concurrent(Phase.PROCESSING) > 1
         assert serial.ledger.messages == parallel.ledger.messages == expected_messages(org)
         assert serial.ledger.virtual_time_s > 3 * parallel.ledger.virtual_time_s
 

@@ -43,7 +43,7 @@ from collections.abc import Generator, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from megaactors.core.agent import IDLE, PROCESSING, Agent, AgentState
+from megaactors.core.agent import IDLE, PROCESSING, Agent, Phase
 from megaactors.core.behaviour import AgentContext, Behaviour, Effects, LLMRequest, ToolCall
 from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.core.messages import Batch
@@ -253,7 +253,7 @@ class LiveRuntime(ABC):
 
     # ------------------------------------------------------------------ shared steps
 
-    def move(self, a: Agent, to: AgentState) -> None:
+    def move(self, a: Agent, to: Phase) -> None:
         trace = self.trace
         if trace is None:  # only the agent's own record changes
             a.transition(to, 0.0, None)

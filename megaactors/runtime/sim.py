@@ -230,8 +230,8 @@ class SimRuntime:
         same instant; when it names no recruits it is handed on unchanged, as a fresh
         one would be equal to it (this saves one object per activation)."""
         now, trace = self.now, self.trace
-        if trace is None and a.state is not PROCESSING:  # Agent.transition, inlined (see _respond)
-            a.state = PROCESSING
+        if trace is None and a.phase is not PROCESSING:  # Agent.transition, inlined (see _respond)
+            a.phase = PROCESSING
         else:
             a.transition(PROCESSING, now, trace)
         if a.pending is START:
@@ -344,8 +344,8 @@ class SimRuntime:
         now, trace = self.now, self.trace
         # Agent.transition, inlined when there is no trace to write and the move is
         # the legal one; any other case goes through the checked method
-        if trace is None and a.state is PROCESSING:
-            a.state = RESPONSE
+        if trace is None and a.phase is PROCESSING:
+            a.phase = RESPONSE
         else:
             a.transition(RESPONSE, now, trace)
         if a.outbox:
@@ -353,7 +353,7 @@ class SimRuntime:
         token = self._token
         if not a.inbox:
             if trace is None:
-                a.state = IDLE  # from RESPONSE, set just above: legal
+                a.phase = IDLE  # from RESPONSE, set just above: legal
             else:
                 a.transition(IDLE, now, trace)
             self._awake[a.id] = 0

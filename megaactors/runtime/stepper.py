@@ -31,15 +31,15 @@ from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 
-__all__ = ["Step", "StepRuntime"]
+__all__ = ["StepRuntime", "Turn"]
 
 _Turn = tuple[Agent, Cycle, Any]
 """An agent ready to go on: its cycle and what to send it."""
 
 
 @dataclass(frozen=True)
-class Step:
-    """What one :meth:`StepRuntime.step` ran."""
+class Turn:
+    """What one :meth:`StepRuntime.step` ran: one agent's turn."""
 
     time: float
     """Virtual time of the step."""
@@ -71,8 +71,8 @@ class StepRuntime(LiveRuntime):
         self.asks_llm = False
         self.clock = 0.0
         """Virtual time."""
-        self.steps = 0
-        """Steps run so far."""
+        self.turns = 0
+        """Turns run so far (one per :meth:`step`)."""
         self._ready: deque[_Turn] = deque()
         self._timers: list[tuple[float, int, _Turn]] = []
         self._seq = 0
@@ -101,9 +101,9 @@ class StepRuntime(LiveRuntime):
         ready = [(self.clock, turn[0].id) for turn in self._ready]
         return ready + [(t, turn[0].id) for t, _, turn in sorted(self._timers, key=lambda e: e[:2])]
 
-    def step(self) -> Step | None:
-        """Run the next agent in line until it waits again or is Idle; None when
-        nothing is left to run."""
+    def step(self) -> Turn | None:
+        """Run the next agent in line until it waits for something that is not there
+        yet or is Idle (one turn); None when nothing is left to run."""
         if not self.started:
             self.start()
         if not self._ready:
@@ -112,13 +112,13 @@ class StepRuntime(LiveRuntime):
             self.clock, _, turn = heapq.heappop(self._timers)
             self._ready.append(turn)
         a, cycle, value = self._ready.popleft()
-        self.steps += 1
+        self.turns += 1
         while True:  # until the agent waits for something that is not there yet, or is Idle
             try:
                 wait = cycle.send(value)
             except StopIteration:
                 self._busy[a.id] = 0
-                return Step(self.clock, a.id, "idle")
+                return Turn(self.clock, a.id, "idle")
             value = None
             kind = type(wait)
             if kind is Sleep:
@@ -126,12 +126,12 @@ class StepRuntime(LiveRuntime):
                     self._seq += 1
                     turn = (a, cycle, None)
                     heapq.heappush(self._timers, (self.clock + wait.seconds, self._seq, turn))  # type: ignore[union-attr]
-                    return Step(self.clock, a.id, wait.what)  # type: ignore[union-attr]
+                    return Turn(self.clock, a.id, wait.what)  # type: ignore[union-attr]
             elif kind is Acquire:
                 gate = wait.gate  # type: ignore[union-attr]
                 if not gate.try_acquire(a):
                     gate.wait(a, (a, cycle, None))
-                    return Step(self.clock, a.id, "gate")
+                    return Turn(self.clock, a.id, "gate")
             elif kind is Ask:
                 value = self.llm.complete(*wait.args)  # type: ignore[union-attr]
             else:

@@ -404,7 +404,7 @@ class PykkaRuntime(LiveRuntime):
             self._post(packets)
         if finished:
             self.done.set()
-        return a.state is IDLE, batch
+        return a.phase is IDLE, batch
 
     def _post(self, packets: list[Packet]) -> None:
         """Put each packet in each of its recipients' inboxes."""
