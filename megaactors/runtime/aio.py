@@ -51,7 +51,7 @@ from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
-from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep
+from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep, resume
 from megaactors.runtime.mailboxes import Mailboxes
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
@@ -314,11 +314,7 @@ class AsyncioRuntime(LiveRuntime):
         """Run ``cycle``, awaiting each of its waits."""
         value: Any = None
         error: BaseException | None = None
-        while True:
-            try:
-                wait = cycle.send(value) if error is None else cycle.throw(error)
-            except StopIteration:
-                return
+        while (wait := resume(cycle, value, error)) is not None:
             value = error = None
             try:
                 kind = type(wait)

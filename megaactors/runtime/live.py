@@ -64,6 +64,7 @@ __all__ = [
     "Sleep",
     "is_async_llm",
     "paused_gc",
+    "resume",
 ]
 
 
@@ -131,6 +132,16 @@ Cycle = Generator[Acquire | Sleep | Ask | _Starts, Any, None]
 
 class Aborted(Exception):
     """Another agent failed: this one stops where it is."""
+
+
+def resume(cycle: Cycle, value: Any = None, error: BaseException | None = None) -> Any:
+    """Go on with ``cycle``: send it the outcome of its last wait (``value``) or throw
+    in what that wait raised (``error``, so that it releases what it holds); return
+    its next wait, or None once the agent is Idle."""
+    try:
+        return cycle.send(value) if error is None else cycle.throw(error)
+    except StopIteration:
+        return None
 
 
 class LiveRuntime(ABC):

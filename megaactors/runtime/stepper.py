@@ -27,7 +27,7 @@ from megaactors.core.behaviour import Behaviour
 from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
-from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep
+from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep, resume
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 
@@ -113,12 +113,8 @@ class StepRuntime(LiveRuntime):
             self._ready.append(turn)
         a, cycle, value = self._ready.popleft()
         self.turns += 1
-        while True:  # until the agent waits for something that is not there yet, or is Idle
-            try:
-                wait = cycle.send(value)
-            except StopIteration:
-                self._busy[a.id] = 0
-                return Turn(self.clock, a.id, "idle")
+        # until the agent waits for something that is not there yet, or is Idle
+        while (wait := resume(cycle, value)) is not None:
             value = None
             kind = type(wait)
             if kind is Sleep:
@@ -136,6 +132,8 @@ class StepRuntime(LiveRuntime):
                 value = self.llm.complete(*wait.args)  # type: ignore[union-attr]
             else:
                 raise RuntimeError(f"agent {a.id}: the step runtime cannot wait for {wait!r}")
+        self._busy[a.id] = 0
+        return Turn(self.clock, a.id, "idle")
 
     def run(self) -> RunResult:
         """Step until nothing is left to run; return the result."""

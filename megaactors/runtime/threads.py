@@ -69,7 +69,7 @@ from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
-from megaactors.runtime.live import STARTS, Aborted, Acquire, Ask, Cycle, LiveRuntime, Sleep
+from megaactors.runtime.live import STARTS, Aborted, Acquire, Ask, Cycle, LiveRuntime, Sleep, resume
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.pykka_inbox import PACKETS, AgentInbox
 from megaactors.runtime.result import RunResult
@@ -288,11 +288,7 @@ class PykkaRuntime(LiveRuntime):
         everyone in line: this thread is about to give the interpreter up)."""
         value: Any = None
         error: BaseException | None = None
-        while True:
-            try:
-                wait = cycle.send(value) if error is None else cycle.throw(error)
-            except StopIteration:
-                return
+        while (wait := resume(cycle, value, error)) is not None:
             value = error = None
             try:
                 self._wake(everyone=True)
