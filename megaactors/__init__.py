@@ -14,6 +14,7 @@ from megaactors.core.behaviour import (
     Effects,
     LLMRequest,
     Send,
+    ToolBehaviour,
     ToolCall,
     ToolResult,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "SimulatedLLM",
     "SweepError",
     "TokenModel",
+    "ToolBehaviour",
     "ToolCall",
     "ToolResult",
     "Trace",

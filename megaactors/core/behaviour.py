@@ -30,8 +30,10 @@ __all__ = [
     "Effects",
     "LLMRequest",
     "Send",
+    "ToolBehaviour",
     "ToolCall",
     "ToolResult",
+    "uses_tools",
 ]
 
 
@@ -132,7 +134,10 @@ class AgentContext:
 
 
 class Behaviour(Protocol):
-    """Agent logic, written once and run by every runtime."""
+    """Agent logic, written once and run by every runtime.
+
+    Optional hooks: a behaviour that returns a :class:`ToolCall` also defines
+    ``on_tool`` (it is then a :class:`ToolBehaviour`)."""
 
     name: str
 
@@ -152,5 +157,15 @@ class Behaviour(Protocol):
         """The LLM answered; return another request to keep Processing, or none to respond."""
         ...
 
-    # Behaviours that return a ToolCall also define:
-    #   def on_tool(self, ctx: AgentContext, state: Any, result: ToolResult) -> Effects
+
+class ToolBehaviour(Behaviour, Protocol):
+    """A behaviour that calls tools (returns :class:`ToolCall` effects)."""
+
+    def on_tool(self, ctx: AgentContext, state: Any, result: ToolResult) -> Effects:
+        """A tool call finished; what next (another call keeps the agent Processing)."""
+        ...
+
+
+def uses_tools(behaviour: Behaviour) -> bool:
+    """Whether ``behaviour`` has the optional ``on_tool`` hook (is a :class:`ToolBehaviour`)."""
+    return callable(getattr(behaviour, "on_tool", None))

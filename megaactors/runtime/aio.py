@@ -317,17 +317,16 @@ class AsyncioRuntime(LiveRuntime):
         while (wait := resume(cycle, value, error)) is not None:
             value = error = None
             try:
-                kind = type(wait)
-                if kind is Sleep:
-                    if wait.seconds > 0:  # type: ignore[union-attr]
-                        await self._sleep(wait.seconds)  # type: ignore[union-attr]
-                elif kind is Acquire:
-                    gate = wait.gate  # type: ignore[union-attr]
+                if type(wait) is Sleep:
+                    if wait.seconds > 0:
+                        await self._sleep(wait.seconds)
+                elif type(wait) is Acquire:
+                    gate = wait.gate
                     if not gate.try_acquire(a):
                         fut = asyncio.get_running_loop().create_future()
                         gate.wait(a, fut)
                         await fut
-                elif kind is Ask:
+                elif type(wait) is Ask:
                     value = await self.llm.acomplete(*wait.args)  # type: ignore[union-attr]
             except BaseException as exc:  # thrown into the cycle, which releases what it holds
                 error = exc

@@ -42,6 +42,7 @@ __all__ = [
     "ORGANISATIONS",
     "Faulty",
     "GitUser",
+    "NoToolHook",
     "Recruiter",
     "RuntimeConformance",
     "RuntimeFactory",
@@ -141,6 +142,15 @@ class Recruiter:
         return Effects(sends=[Send(ctx.recruited, INTRA, "welcome", "hi")], state=list(ctx.recruited))
 
 
+class NoToolHook(ToolLoop):
+    """Agent 0 asks for a tool but the behaviour has no ``on_tool``."""
+
+    name = "no-tool-hook"
+
+    def on_start(self, ctx, state):
+        return Effects(tool=ToolCall("lint", duration_s=1.0)) if ctx.agent == 0 else None
+
+
 class GitUser:
     """Every agent commits once through one global lock, then sends nothing."""
 
@@ -234,6 +244,10 @@ class RuntimeConformance:
     def test_a_failing_behaviour_names_the_agent_and_the_message(self, runtime: RuntimeFactory) -> None:
         with pytest.raises(BehaviourError, match=r"agent 0: behaviour 'tool-loop' failed on a batch of 4 .*id=.*boom"):
             run(runtime, Organisation.flat(5), Faulty(1))
+
+    def test_a_tool_call_without_an_on_tool_hook_is_refused(self, runtime: RuntimeFactory) -> None:
+        with pytest.raises(BehaviourError, match="agent 0: behaviour 'no-tool-hook' asked for tool 'lint' but has no"):
+            run(runtime, Organisation.flat(3), NoToolHook(1))
 
     def test_a_disallowed_send_raises_a_route_error(self, runtime: RuntimeFactory) -> None:
         with pytest.raises(RouteError, match="agent 1 may not message agent 4: not in the same group"):

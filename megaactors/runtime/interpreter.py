@@ -25,7 +25,16 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from megaactors.core.agent import Agent
-from megaactors.core.behaviour import UNCHANGED, AgentContext, Behaviour, Effects, LLMRequest, ToolCall, ToolResult
+from megaactors.core.behaviour import (
+    UNCHANGED,
+    AgentContext,
+    Behaviour,
+    Effects,
+    LLMRequest,
+    ToolCall,
+    ToolResult,
+    uses_tools,
+)
 from megaactors.core.ledger import Ledger
 from megaactors.core.llm import LLMReply
 from megaactors.core.messages import Batch
@@ -88,6 +97,8 @@ class Interpreter:
         self.host = host
         self.tools = tools or {}
         self.observer = observer
+        self.tool_hook = uses_tools(behaviour)
+        """Whether the behaviour has ``on_tool`` (may ask for tools)."""
         init = behaviour.init
         self.agents: list[Agent] = [Agent(a, init(a, org)) for a in range(org.n)]
         self.ledger = Ledger(org.n)
@@ -167,7 +178,7 @@ class Interpreter:
         try:
             value = self.run_tool(a, call)
             result = ToolResult(call.name, value, started, ctx.now, started - requested, call.stage)
-            return self.behaviour.on_tool(ctx, a.data, result)  # type: ignore[attr-defined]
+            return self.behaviour.on_tool(ctx, a.data, result)  # type: ignore[attr-defined]  # checked by apply
         except Exception as exc:
             raise BehaviourError(
                 f"agent {a.id}: behaviour {self.name!r} failed on tool {call.name!r}: {exc!r}"
@@ -187,8 +198,13 @@ class Interpreter:
         if eff.llm is not None:
             return eff.llm
         tool = eff.tool
-        if tool is not None and tool.duration_s < 0:
-            raise BehaviourError(f"agent {a.id}: tool {tool.name!r} has a negative duration {tool.duration_s}")
+        if tool is not None:
+            if tool.duration_s < 0:
+                raise BehaviourError(f"agent {a.id}: tool {tool.name!r} has a negative duration {tool.duration_s}")
+            if not self.tool_hook:
+                raise BehaviourError(
+                    f"agent {a.id}: behaviour {self.name!r} asked for tool {tool.name!r} but has no on_tool hook"
+                )
         return tool
 
     def recruit(self, a: Agent, count: int) -> list[Agent]:

@@ -60,6 +60,7 @@ __all__ = [
     "Acquire",
     "Ask",
     "Cycle",
+    "CycleWait",
     "LiveRuntime",
     "Sleep",
     "is_async_llm",
@@ -126,7 +127,9 @@ class _Starts:
 STARTS = _Starts()
 """Wait until every agent's start effects have reached their first wait."""
 
-Cycle = Generator[Acquire | Sleep | Ask | _Starts, Any, None]
+CycleWait = Acquire | Sleep | Ask | _Starts
+"""What a cycle yields: what its agent waits for."""
+Cycle = Generator[CycleWait, Any, None]
 """One agent from Idle (or its start) back to Idle."""
 
 
@@ -134,7 +137,7 @@ class Aborted(Exception):
     """Another agent failed: this one stops where it is."""
 
 
-def resume(cycle: Cycle, value: Any = None, error: BaseException | None = None) -> Any:
+def resume(cycle: Cycle, value: Any = None, error: BaseException | None = None) -> CycleWait | None:
     """Go on with ``cycle``: send it the outcome of its last wait (``value``) or throw
     in what that wait raised (``error``, so that it releases what it holds); return
     its next wait, or None once the agent is Idle."""

@@ -116,20 +116,19 @@ class StepRuntime(LiveRuntime):
         # until the agent waits for something that is not there yet, or is Idle
         while (wait := resume(cycle, value)) is not None:
             value = None
-            kind = type(wait)
-            if kind is Sleep:
-                if wait.seconds > 0:  # type: ignore[union-attr]
+            if type(wait) is Sleep:
+                if wait.seconds > 0:
                     self._seq += 1
                     turn = (a, cycle, None)
-                    heapq.heappush(self._timers, (self.clock + wait.seconds, self._seq, turn))  # type: ignore[union-attr]
-                    return Turn(self.clock, a.id, wait.what)  # type: ignore[union-attr]
-            elif kind is Acquire:
-                gate = wait.gate  # type: ignore[union-attr]
+                    heapq.heappush(self._timers, (self.clock + wait.seconds, self._seq, turn))
+                    return Turn(self.clock, a.id, wait.what)
+            elif type(wait) is Acquire:
+                gate = wait.gate
                 if not gate.try_acquire(a):
                     gate.wait(a, (a, cycle, None))
                     return Turn(self.clock, a.id, "gate")
-            elif kind is Ask:
-                value = self.llm.complete(*wait.args)  # type: ignore[union-attr]
+            elif type(wait) is Ask:
+                value = self.llm.complete(*wait.args)
             else:
                 raise RuntimeError(f"agent {a.id}: the step runtime cannot wait for {wait!r}")
         self._busy[a.id] = 0

@@ -292,14 +292,13 @@ class PykkaRuntime(LiveRuntime):
             value = error = None
             try:
                 self._wake(everyone=True)
-                kind = type(wait)
-                if kind is Sleep:
-                    if wait.seconds > 0:  # type: ignore[union-attr]
-                        time.sleep(wait.seconds)  # type: ignore[union-attr]
-                elif kind is Acquire:
-                    self._acquire(wait.gate, a)  # type: ignore[union-attr]
-                elif kind is Ask:
-                    value = self.llm.complete(*wait.args)  # type: ignore[union-attr]
+                if type(wait) is Sleep:
+                    if wait.seconds > 0:
+                        time.sleep(wait.seconds)
+                elif type(wait) is Acquire:
+                    self._acquire(wait.gate, a)
+                elif type(wait) is Ask:
+                    value = self.llm.complete(*wait.args)
                 elif wait is STARTS:
                     self.starts_done.wait()
             except BaseException as exc:  # thrown into the cycle, which releases what it holds
