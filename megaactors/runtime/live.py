@@ -15,7 +15,8 @@ that *yields what it waits for* and is sent the outcome:
 * ``Sleep(seconds)`` — a simulated LLM latency or tool duration;
 * ``Ask(args)`` — an LLM that answers by itself (a real endpoint); sent its reply;
 * :data:`STARTS` — wait until every agent's start effects have run up to their first
-  wait (only runtimes with :attr:`LiveRuntime.start_barrier`).
+  wait (a runtime whose :meth:`LiveRuntime.all_started` can be false: threads need
+  that barrier, an event loop gets it from its order).
 
 Each runtime drives the generator its own way: asyncio ``await`` s each wait, the
 pykka runtime blocks its thread, the debugger parks the agent in virtual time. The
@@ -151,9 +152,6 @@ class LiveRuntime(ABC):
     """Options, the interpreter and the agent cycle common to every live runtime."""
 
     name = "live"
-    start_barrier = False
-    """Whether no agent takes a batch before every start effect has reached its first
-    wait (an event loop gets that from its order; threads need a barrier)."""
 
     def __init__(
         self,
@@ -246,7 +244,7 @@ class LiveRuntime(ABC):
 
     def reached_first_wait(self) -> None:
         """This agent's start effects reached their first wait or their end
-        (:attr:`start_barrier` runtimes count them)."""
+        (a runtime with a start barrier counts them)."""
         return None
 
     def all_started(self) -> bool:
@@ -294,7 +292,7 @@ class LiveRuntime(ABC):
         """``a`` from its start effects ``eff`` (or from Idle, ``woken`` by a message)
         through Processing and Response until Idle with nothing queued."""
         core, token = self.core, self.token
-        starting = eff is not None and self.start_barrier
+        starting = eff is not None and not self.all_started()  # these are its start effects
         batch: Batch | None = None
         while True:
             if token is not None:

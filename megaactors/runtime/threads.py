@@ -147,7 +147,6 @@ class PykkaRuntime(LiveRuntime):
     """Runs a behaviour over an organisation with one pykka thread per agent."""
 
     name = "pykka"
-    start_barrier = True
 
     def __init__(
         self,
