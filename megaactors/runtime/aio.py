@@ -51,7 +51,7 @@ from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
-from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep, resume
+from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep
 from megaactors.runtime.mailboxes import Mailboxes
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
@@ -311,11 +311,9 @@ class AsyncioRuntime(LiveRuntime):
             self.fail(exc)
 
     async def _drive(self, a: Agent, cycle: Cycle) -> None:
-        """Run ``cycle``, awaiting each of its waits."""
-        value: Any = None
-        error: BaseException | None = None
-        while (wait := resume(cycle, value, error)) is not None:
-            value = error = None
+        """Run ``cycle``, awaiting each of its waits; if a wait raises (the task was
+        cancelled), the cycle is closed (releasing what it holds) and it propagates."""
+        for wait in cycle:
             try:
                 if type(wait) is Sleep:
                     if wait.seconds > 0:
@@ -327,9 +325,10 @@ class AsyncioRuntime(LiveRuntime):
                         gate.wait(a, fut)
                         await fut
                 elif type(wait) is Ask:
-                    value = await self.llm.acomplete(*wait.args)  # type: ignore[union-attr]
-            except BaseException as exc:  # thrown into the cycle, which releases what it holds
-                error = exc
+                    wait.reply = await self.llm.acomplete(*wait.args)
+            except BaseException:
+                cycle.close()
+                raise
 
     def wake_waiter(self, waiter: Any) -> bool:
         if waiter.done():  # its task was cancelled

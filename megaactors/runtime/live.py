@@ -13,7 +13,8 @@ that *yields what it waits for* and is sent the outcome:
 * ``Acquire(gate)`` — the serial token, an LLM slot or a tool lock (a
   :class:`~megaactors.runtime.gates.FifoGate`); sent nothing once held;
 * ``Sleep(seconds)`` — a simulated LLM latency or tool duration;
-* ``Ask(args)`` — an LLM that answers by itself (a real endpoint); sent its reply;
+* ``Ask(args)`` — an LLM that answers by itself (a real endpoint); the driver puts
+  the reply in ``ask.reply``;
 * :data:`STARTS` — wait until every agent's start effects have run up to their first
   wait (a runtime whose :meth:`LiveRuntime.all_started` can be false: threads need
   that barrier, an event loop gets it from its order).
@@ -35,9 +36,9 @@ runtime makes it a lock.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import inspect
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterator
@@ -66,7 +67,6 @@ __all__ = [
     "Sleep",
     "is_async_llm",
     "paused_gc",
-    "resume",
 ]
 
 
@@ -110,12 +110,14 @@ class Sleep:
 
 class Ask:
     """Call an LLM that answers by itself with ``args`` (see
-    :meth:`~megaactors.runtime.interpreter.Interpreter.llm_args`); the reply is sent back."""
+    :meth:`~megaactors.runtime.interpreter.Interpreter.llm_args`); the driver puts
+    the answer in :attr:`reply`."""
 
-    __slots__ = ("args",)
+    __slots__ = ("args", "reply")
 
     def __init__(self, args: tuple[int, int, LLMRequest, int, int]) -> None:
         self.args = args
+        self.reply: LLMReply | None = None
 
 
 class _Starts:
@@ -138,16 +140,6 @@ class Aborted(Exception):
     """Another agent failed: this one stops where it is."""
 
 
-def resume(cycle: Cycle, value: Any = None, error: BaseException | None = None) -> CycleWait | None:
-    """Go on with ``cycle``: send it the outcome of its last wait (``value``) or throw
-    in what that wait raised (``error``, so that it releases what it holds); return
-    its next wait, or None once the agent is Idle."""
-    try:
-        return cycle.send(value) if error is None else cycle.throw(error)
-    except StopIteration:
-        return None
-
-
 class LiveRuntime(ABC):
     """Options, the interpreter and the agent cycle common to every live runtime."""
 
@@ -163,7 +155,7 @@ class LiveRuntime(ABC):
     ) -> None:
         self.options = options = RuntimeOptions.build(options, **option_fields)
         self.org, self.behaviour = org, behaviour
-        self.llm = llm if llm is not None else SimulatedLLM(seed=options.seed)
+        self.llm: Any = llm if llm is not None else SimulatedLLM(seed=options.seed)
         self.seed, self.max_concurrent_llm, self.serial = options.seed, options.max_concurrent_llm, options.serial
         self.time_scale = options.wall_per_virtual_s
         with paused_gc():  # millions of agents, no cycle among them
@@ -182,8 +174,9 @@ class LiveRuntime(ABC):
         self.llm_slots: FifoGate[Agent] | None = FifoGate(cap, pool=True) if cap is not None else None
         self.token: FifoGate[Agent] | None = FifoGate() if options.serial else None
         self.locks: dict[str, FifoGate[Agent]] = {}
-        self.shared: AbstractContextManager[Any] = contextlib.nullcontext()
-        """Held while shared records change (a threaded runtime makes it a lock)."""
+        self.shared: AbstractContextManager[Any] = threading.Lock()
+        """Held while shared records change: a lock (in one thread, never contended,
+        and cheaper to enter than a no-op context manager written in Python)."""
         self.started = False
         self.error: BaseException | None = None
         """The first exception raised inside an agent; it ends the run."""
@@ -213,7 +206,10 @@ class LiveRuntime(ABC):
         return self.core.start_effects(0.0)
 
     def context(self, a: Agent) -> AgentContext:
-        return self.core.context(a, self.now())
+        """The context of ``a``'s next callback, now."""
+        # Interpreter.context, inlined: this runs twice per activation
+        recruited = self.core.recruited
+        return AgentContext(a.id, self.org, self.now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ what a subclass supplies
 
@@ -236,11 +232,6 @@ class LiveRuntime(ABC):
     def place(self, recruiter: Agent, agents: list[Agent]) -> None:
         """Give recruited agents whatever carries them (the interpreter's host)."""
         raise NotImplementedError(f"the {self.name} runtime cannot recruit")
-
-    def check_running(self) -> None:
-        """Raise :class:`Aborted` if the run is failing (a threaded runtime's agents
-        look between waits; an event loop cancels its tasks instead)."""
-        return None
 
     def reached_first_wait(self) -> None:
         """This agent's start effects reached their first wait or their end
@@ -297,7 +288,8 @@ class LiveRuntime(ABC):
         while True:
             if token is not None:
                 yield Acquire(token)
-            self.check_running()
+            if self.error is not None:  # the run is failing: stop here
+                raise Aborted
             if eff is None:
                 if batch is None:
                     if starting:
@@ -305,7 +297,8 @@ class LiveRuntime(ABC):
                         starting = False
                     if not self.all_started():
                         yield STARTS
-                        self.check_running()
+                        if self.error is not None:  # the run is failing: stop here
+                            raise Aborted
                     batch = self.take(a, woken)
                     woken = False
                 eff = core.batch_effects(a, batch, self.context(a))
@@ -344,18 +337,21 @@ class LiveRuntime(ABC):
             if slots is not None:
                 yield Acquire(slots)
                 held = True
-                self.check_running()
+                if self.error is not None:  # the run is failing: stop here
+                    raise Aborted
             if self.asks_llm:
                 args = core.llm_args(a, request)
                 with shared:
                     core.llm_started()
+                ask = Ask(args)
                 try:
-                    reply: LLMReply = yield Ask(args)
+                    yield ask
                 except BaseException:
                     with shared:
                         core.in_flight -= 1
                     raise
-                new_tokens, counted = args[4], True
+                assert ask.reply is not None, "the driver puts the reply in the Ask"
+                reply, new_tokens, counted = ask.reply, args[4], True
             else:  # a pure function of the agent's record: drawn without the lock
                 new_tokens, reply = core.draw_llm(a, request)
                 counted = False
@@ -375,7 +371,8 @@ class LiveRuntime(ABC):
         finally:
             if held:
                 self.release(slots, a)  # type: ignore[arg-type]
-        self.check_running()
+        if self.error is not None:
+            raise Aborted
         return core.reply_effects(a, new_tokens, reply, self.context(a))
 
     def tool_call(self, a: Agent, call: ToolCall) -> Generator[Any, Any, Effects]:
@@ -387,7 +384,8 @@ class LiveRuntime(ABC):
             if gate is not None:
                 yield Acquire(gate)
                 held = True
-                self.check_running()
+                if self.error is not None:  # the run is failing: stop here
+                    raise Aborted
             started = self.now()
             yield Sleep(call.duration_s * self.time_scale, "tool")  # a driver does not wait for 0
         finally:
@@ -395,7 +393,8 @@ class LiveRuntime(ABC):
                 self.release(gate, a)  # type: ignore[arg-type]
         with self.shared:
             self.core.account_tool(call, started - requested)
-        self.check_running()
+        if self.error is not None:
+            raise Aborted
         return self.core.tool_effects(a, call, requested, started, self.context(a))
 
     # ------------------------------------------------------------------ result

@@ -8,6 +8,12 @@ appends packets straight to :attr:`AgentInbox.packets` (one reference per recipi
 no envelope per copy) and ``get`` hands the actor loop one wake-up letter for all of
 them. The inbox also knows whether its thread waits for a message, which lets the
 runtime hand wake-ups on from one agent to the next.
+
+What ``get`` returns has the two fields pykka's actor loop reads of an envelope,
+``message`` and ``reply_to``; pykka's own ``Envelope`` class is internal, so the inbox
+makes its letters itself. (Before this inbox, the runtime built pykka's envelopes and
+read ``threading.Condition._waiters`` to see who waited; an envelope per copy cost
+about 10% more CPU in the benchmark's chat rounds.)
 """
 
 from __future__ import annotations

@@ -27,14 +27,14 @@ from megaactors.core.behaviour import Behaviour
 from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
-from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep, resume
+from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 
 __all__ = ["StepRuntime", "Turn"]
 
-_Turn = tuple[Agent, Cycle, Any]
-"""An agent ready to go on: its cycle and what to send it."""
+_Ready = tuple[Agent, Cycle]
+"""An agent ready to go on, and its cycle."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,8 @@ class StepRuntime(LiveRuntime):
         """Virtual time."""
         self.turns = 0
         """Turns run so far (one per :meth:`step`)."""
-        self._ready: deque[_Turn] = deque()
-        self._timers: list[tuple[float, int, _Turn]] = []
+        self._ready: deque[_Ready] = deque()
+        self._timers: list[tuple[float, int, _Ready]] = []
         self._seq = 0
         self._busy = bytearray(org.n)
         """1 while an agent has a cycle under way (a delivery need not wake it)."""
@@ -89,7 +89,7 @@ class StepRuntime(LiveRuntime):
         for a, eff in zip(self.agents, self.start_effects(), strict=True):
             if eff is not None:
                 self._busy[a.id] = 1
-                self._ready.append((a, self.cycle(a, eff), None))
+                self._ready.append((a, self.cycle(a, eff)))
 
     @property
     def finished(self) -> bool:
@@ -111,24 +111,24 @@ class StepRuntime(LiveRuntime):
                 return None
             self.clock, _, turn = heapq.heappop(self._timers)
             self._ready.append(turn)
-        a, cycle, value = self._ready.popleft()
+        a, cycle = self._ready.popleft()
         self.turns += 1
-        # until the agent waits for something that is not there yet, or is Idle
-        while (wait := resume(cycle, value)) is not None:
-            value = None
+        for wait in cycle:  # until the agent waits for something that is not there yet, or is Idle
             if type(wait) is Sleep:
                 if wait.seconds > 0:
                     self._seq += 1
-                    turn = (a, cycle, None)
-                    heapq.heappush(self._timers, (self.clock + wait.seconds, self._seq, turn))
+                    heapq.heappush(self._timers, (self.clock + wait.seconds, self._seq, (a, cycle)))
                     return Turn(self.clock, a.id, wait.what)
             elif type(wait) is Acquire:
-                gate = wait.gate
-                if not gate.try_acquire(a):
-                    gate.wait(a, (a, cycle, None))
+                if not wait.gate.try_acquire(a):
+                    wait.gate.wait(a, (a, cycle))
                     return Turn(self.clock, a.id, "gate")
             elif type(wait) is Ask:
-                value = self.llm.complete(*wait.args)
+                try:
+                    wait.reply = self.llm.complete(*wait.args)
+                except BaseException:
+                    cycle.close()
+                    raise
             else:
                 raise RuntimeError(f"agent {a.id}: the step runtime cannot wait for {wait!r}")
         self._busy[a.id] = 0
@@ -163,7 +163,7 @@ class StepRuntime(LiveRuntime):
                         agents[r].inbox.append(packet)
                         if not busy[r]:
                             busy[r] = 1
-                            ready.append((agents[r], self.cycle(agents[r], None, woken=True), None))
+                            ready.append((agents[r], self.cycle(agents[r], None, woken=True)))
             a.outbox = []
         if a.inbox:
             return False, None

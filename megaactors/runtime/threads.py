@@ -69,7 +69,7 @@ from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
-from megaactors.runtime.live import STARTS, Aborted, Acquire, Ask, Cycle, LiveRuntime, Sleep, resume
+from megaactors.runtime.live import STARTS, Aborted, Acquire, Ask, Cycle, LiveRuntime, Sleep
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.pykka_inbox import PACKETS, AgentInbox
 from megaactors.runtime.result import RunResult
@@ -284,11 +284,9 @@ class PykkaRuntime(LiveRuntime):
 
     def _drive(self, a: Agent, cycle: Cycle) -> None:
         """Run ``cycle``, blocking this thread on each of its waits (after waking
-        everyone in line: this thread is about to give the interpreter up)."""
-        value: Any = None
-        error: BaseException | None = None
-        while (wait := resume(cycle, value, error)) is not None:
-            value = error = None
+        everyone in line: this thread is about to give the interpreter up); if a wait
+        raises, the cycle is closed (releasing what it holds) and it propagates."""
+        for wait in cycle:
             try:
                 self._wake(everyone=True)
                 if type(wait) is Sleep:
@@ -297,11 +295,12 @@ class PykkaRuntime(LiveRuntime):
                 elif type(wait) is Acquire:
                     self._acquire(wait.gate, a)
                 elif type(wait) is Ask:
-                    value = self.llm.complete(*wait.args)
+                    wait.reply = self.llm.complete(*wait.args)
                 elif wait is STARTS:
                     self.starts_done.wait()
-            except BaseException as exc:  # thrown into the cycle, which releases what it holds
-                error = exc
+            except BaseException:
+                cycle.close()
+                raise
 
     def _acquire(self, gate: FifoGate[Agent], a: Agent) -> None:
         with self._lock:
@@ -314,10 +313,6 @@ class PykkaRuntime(LiveRuntime):
     def wake_waiter(self, waiter: Any) -> bool:
         waiter.set()
         return True
-
-    def check_running(self) -> None:
-        if self.error is not None:
-            raise Aborted
 
     def reached_first_wait(self) -> None:
         """An agent's start effects reached their first wait or their end; the last
