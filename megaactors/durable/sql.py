@@ -332,13 +332,13 @@ class SQLStore(CheckpointStore):
                 (_json(result), lease.run_id),
             )
 
-    def fail(self, lease: Lease, error: str) -> str:
+    def fail(self, lease: Lease, error: str, *, final: bool = False) -> str:
         with self._write():
             self._fenced(lease)
             attempts, max_attempts = self._one(
                 "SELECT attempts, max_attempts FROM megaactors_runs WHERE run_id = ?", (lease.run_id,)
             )
-            status = "dead" if attempts >= max_attempts else "queued"
+            status = "dead" if final or attempts >= max_attempts else "queued"
             self._run(
                 "UPDATE megaactors_runs SET status = ?, error = ?, lease_expires = NULL, updated_at = {NOW} "
                 "WHERE run_id = ?",
