@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from megaactors.cli.common import CommandError
-from megaactors.experiments.sweep import ResultsError, load_results
 
 __all__ = ["register"]
 
@@ -16,7 +15,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "plot",
         help="redraw the figures of a sweep's results.csv",
-        description="Read a results CSV written by 'megaactors sweep' and write every figure it allows (PNG and SVG).",
+        description="Read a results CSV written by 'megaactors sweep' and write every figure it allows (PNG and SVG). "
+        "A run recorded more than once is drawn once (with a warning).",
     )
     p.add_argument("results", help="results CSV (or the sweep directory holding results.csv)")
     p.add_argument("--out", "-o", default=None, help="output directory (default: beside the CSV)")
@@ -24,11 +24,10 @@ def register(sub: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from megaactors.experiments.result_rows import load_results
+
     source = Path(args.results)
-    try:
-        df = load_results(source)
-    except ResultsError as exc:
-        raise CommandError(str(exc)) from exc
+    df = load_results(source)
     out = Path(args.out) if args.out else (source if source.is_dir() else source.parent)
     from megaactors.experiments.plots import plot_results
 
