@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from megaactors.cli.durable_common import add_store_option, open_for, table
+from megaactors.redact import redact
 
 __all__ = ["COLUMNS", "register"]
 
@@ -68,9 +69,9 @@ def _row(r: Any) -> dict[str, Any]:
         "fence": r.fence,
         "version": r.version,
         "lease_left_s": round(r.lease_expires - r.now, 1) if r.held else None,
-        "error": r.error,
+        "error": None if r.error is None else redact(r.error),
         "params": r.params,
-        "options": r.options,
+        "options": json.loads(redact(json.dumps(r.options))),
         "result": r.result,
         "parent_run": r.parent_run,
         "parent_step": r.parent_step,
