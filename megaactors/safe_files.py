@@ -11,9 +11,9 @@ Problems are :class:`OSError` with the path and a plain reason.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
-import io
 import os
 import secrets
 import stat
@@ -75,7 +75,7 @@ def open_regular(path: str | Path, *, follow: bool = True) -> IO[str]:
         raise
     _regular(fd, path)
     _blocking(fd)
-    return io.open(fd, newline="", encoding="utf-8")
+    return open(fd, newline="", encoding="utf-8")
 
 
 class Directory:
@@ -131,7 +131,7 @@ class Directory:
         """``name`` opened for reading text."""
         fd = self._open(name, os.O_RDONLY | os.O_NONBLOCK)
         _blocking(fd)
-        return io.open(fd, newline="", encoding="utf-8")
+        return open(fd, newline="", encoding="utf-8")
 
     def read_text(self, name: str) -> str:
         with self.open_text(name) as f:
@@ -140,7 +140,7 @@ class Directory:
     def append(self, name: str) -> IO[str]:
         """``name`` opened for appending text (created if missing)."""
         fd = self._open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        return io.open(fd, "a", newline="", encoding="utf-8")
+        return open(fd, "a", newline="", encoding="utf-8")
 
     def replace(self, name: str, text: str) -> None:
         """Write ``text`` to a new temporary file here (created exclusively) and
@@ -148,16 +148,14 @@ class Directory:
         tmp = f".{name}.{secrets.token_hex(6)}.tmp"
         fd = self._open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            with io.open(fd, "w", newline="", encoding="utf-8") as f:
+            with open(fd, "w", newline="", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         except BaseException:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp, dir_fd=self.fd)
-            except FileNotFoundError:
-                pass
             raise
 
     def drop_torn_line(self, name: str) -> None:

@@ -187,7 +187,8 @@ def test_read_only_places() -> None:
         assert history.returncode == 0 and "start" in history.stdout
         out = megaactors("run", "-n", "10", "--checkpoint", str(tmp_path / "ro" / "new.db"), "--run-id", "a", user=user)
         one_line(out.returncode, out.stderr, "new.db: cannot create it for writing", "is not writable")
-        out = megaactors("run", "-n", "10", "--checkpoint", str(tmp_path / "ro" / "runs.db"), "--run-id", "b", user=user)
+        db = str(tmp_path / "ro" / "runs.db")
+        out = megaactors("run", "-n", "10", "--checkpoint", db, "--run-id", "b", user=user)
         one_line(out.returncode, out.stderr, "runs.db: cannot open it for writing")
         out = megaactors("sweep", "--agents", "5", "--out", str(tmp_path / "ro" / "sweep"), "-q", user=user)
         one_line(out.returncode, out.stderr, "cannot use", "as the output directory", "Permission denied")

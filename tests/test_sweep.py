@@ -205,7 +205,7 @@ def test_a_wider_grid_extends_the_directory_and_keeps_its_rows(tmp_path: Path) -
     other = run_sweep({"topology": "hierarchy", "agents": [10]}, tmp_path, workers=0, progress=False)
     assert len(other) == 1
     everything = load_results(tmp_path)
-    assert sorted(zip(everything["topology"], everything["agents"])) == [
+    assert sorted(zip(everything["topology"], everything["agents"], strict=True)) == [
         ("hierarchy", 10), ("star", 10), ("star", 20), ("star", 30)
     ]  # fmt: skip
     grids = json.loads((tmp_path / "grid.json").read_text())["grids"]

@@ -142,7 +142,7 @@ def test_run_spec_checks_every_field_and_normalises_numbers() -> None:
 def test_from_dict_resolves_the_optimal_group_size_and_loads_old_specs() -> None:
     assert RunSpec.from_dict({"agents": 1000, "group_size": "optimal"}).group_size == 13
     assert RunSpec.from_dict({"topology": "star", "agents": 1000, "group_size": "optimal"}).group_size == 10
-    with pytest.raises(ParameterError, match="resolved by RunSpec.from_dict"):
+    with pytest.raises(ParameterError, match=r"resolved by RunSpec\.from_dict"):
         RunSpec(group_size="optimal")  # type: ignore[arg-type]
     stored = {"topology": "star", "agents": 30, "rounds": 2, "seed": 1}  # written before later parameters existed
     assert RunSpec.from_dict(stored) == RunSpec(topology="star", agents=30, rounds=2, seed=1)

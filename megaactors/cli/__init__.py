@@ -87,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             if args.debug:
                 print(redact(traceback.format_exc()), file=sys.stderr, end="")
-            _line("internal error", exc, "; please report it" + ("" if args.debug else " (--debug shows the traceback)"))
+            hint = "" if args.debug else " (--debug shows the traceback)"
+            _line("internal error", exc, f"; please report it{hint}")
             return 1
 
 

@@ -171,9 +171,8 @@ def run_checkpointed(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     store = open_for(args.db, create=True)
     try:
         try:
-            lease = store.create_run(
-                args.run_id, spec.as_dict(), options.as_dict(), version=__version__, owner=owner_id(), lease_s=args.lease
-            )
+            owner, params, opts = owner_id(), spec.as_dict(), options.as_dict()
+            lease = store.create_run(args.run_id, params, opts, version=__version__, owner=owner, lease_s=args.lease)
         except RunExistsError as exc:
             raise CommandError(
                 f"{exc}; continue it with: megaactors resume --checkpoint {redact(args.db)} --run-id {args.run_id}"

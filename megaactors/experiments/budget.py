@@ -54,8 +54,8 @@ MAX_AGENTS = Param(
     maximum=10**12,
 )  # fmt: skip
 MAX_MESSAGES = Param(
-    "max_messages", int, f"refuse runs whose closed-form message count exceeds this (default {DEFAULT_MAX_MESSAGES:.0e})",
-    minimum=0, maximum=10**18,
+    "max_messages", int, "refuse runs whose closed-form message count exceeds this (default 1e9)", minimum=0,
+    maximum=10**18,
 )  # fmt: skip
 
 

@@ -69,9 +69,7 @@ class RunSpec:
         cost-minimising size for ``agents`` (the default size outside two-tier)."""
         unknown = sorted(set(params) - set(PARAMETERS))
         if unknown:
-            raise ParameterError(
-                f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(PARAMETERS))}"
-            )
+            raise ParameterError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(PARAMETERS))}")
         if params.get("group_size") == OPTIMAL:
             topology = params.get("topology", cls.topology)
             agents = PARAMETERS["agents"].check(params.get("agents", cls.agents))

@@ -68,7 +68,8 @@ class SweepDirectory:
                 "wait for it to finish or choose another output directory"
             ) from None
         except OSError as exc:
-            raise SweepError(f"cannot use {exc.filename or self.path} as the output directory: {exc.strerror}") from None
+            where = exc.filename or self.path
+            raise SweepError(f"cannot use {where} as the output directory: {exc.strerror}") from None
         try:
             return self._read_and_record(retry_errors)
         except OSError as exc:
