@@ -68,6 +68,8 @@ class SweepDirectory:
                 "wait for it to finish or choose another output directory"
             ) from None
         except OSError as exc:
+            if exc.filename and Path(exc.filename).parent == self.path:  # a file of the directory
+                raise SweepError(f"{exc.filename}: {exc.strerror}") from None
             where = exc.filename or self.path
             raise SweepError(f"cannot use {where} as the output directory: {exc.strerror}") from None
         try:
@@ -147,6 +149,10 @@ class SweepDirectory:
 
 
 def _holder() -> str:
-    command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))
+    """Who holds the lock, for the message a second sweep gets."""
+    program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    if program == "__main__.py":  # python -m megaactors
+        program = os.path.basename(os.path.dirname(sys.argv[0]))
+    command = " ".join([program, *sys.argv[1:]])
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
     return f"process {os.getpid()} on {socket.gethostname()}, started {started}: {command}"[:400]
