@@ -35,15 +35,15 @@ __all__ = [
 ]
 
 BASE_BYTES = 64 << 20
-"""The interpreter with megaactors, numpy and msgpack imported (measured 41 MB)."""
+"""The interpreter with megaactors, numpy and msgpack imported (measured 56 MB)."""
 BYTES_PER_AGENT = {"sim": 1_600, "asyncio": 6_000, "pykka": 40_000}
-"""An agent's records, queues and (live runtimes) its task or thread; measured
-1.05–1.3 KB (sim), 3.9–5.9 KB (asyncio), 31 KB (pykka)."""
+"""An agent's records, queues and (live runtimes) its task or thread: 1,221 bytes
+fitted over the sim runs; 2.6–4.6 KB measured on asyncio and 25 KB on pykka."""
 BYTES_PER_ROUND_MESSAGE = {"flat": 16, "two-tier": 24, "star": 24, "hierarchy": 24}
-"""Per message of one round: in-queue references and batches (measured 12.4 flat,
-14–19 two-tier); rounds do not add up, so more rounds cost no more memory."""
-BYTES_PER_TRACED_CALL = 200
-"""Trace rows (state transitions) per LLM call, with ``trace`` on."""
+"""Per message of one round (in-queue references and batches): 12.2 bytes fitted,
+up to 19 in two-tier; rounds do not add up, so more rounds cost no more memory."""
+BYTES_PER_TRACED_CALL = 100
+"""Trace rows (state transitions) per LLM call, with ``trace`` on (85 measured)."""
 MEMORY_SHARE = 0.9
 """Share of the machine's memory one run may use."""
 DEFAULT_MAX_MESSAGES = 10**9
