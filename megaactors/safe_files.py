@@ -142,14 +142,16 @@ class Directory:
         fd = self._open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         return open(fd, "a", newline="", encoding="utf-8")
 
-    def replace(self, name: str, text: str) -> None:
-        """Write ``text`` to a new temporary file here (created exclusively) and
-        rename it over ``name``: readers see the old or the new file, never a mix."""
+    def replace(self, name: str, content: str | bytes) -> None:
+        """Write ``content`` to a new temporary file here (created exclusively) and
+        rename it over ``name``: readers see the old or the new file, never a mix, and
+        a link planted at ``name`` is replaced, its target left alone."""
         tmp = f".{name}.{secrets.token_hex(6)}.tmp"
         fd = self._open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        data = content.encode() if isinstance(content, str) else content
         try:
-            with open(fd, "w", newline="", encoding="utf-8") as f:
-                f.write(text)
+            with open(fd, "wb") as f:
+                f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)

@@ -116,3 +116,15 @@ def test_an_output_under_a_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(SweepError, match=r"cannot use .* as the output directory: Not a directory"):
         sweep(tmp_path / "file" / "out")
+
+
+def test_figures_replace_a_planted_link_and_leave_its_target_alone(tmp_path: Path) -> None:
+    out, victim = tmp_path / "figs", tmp_path / "victim.txt"
+    sweep(out)
+    victim.write_text("precious\n")
+    (out / "messages.png").symlink_to(victim)
+    plotted = subprocess.run([sys.executable, "-m", "megaactors", "plot", str(out)], capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    assert plotted.returncode == 0, plotted.stderr
+    assert victim.read_text() == "precious\n"
+    assert not (out / "messages.png").is_symlink() and (out / "messages.png").read_bytes()[:4] == b"\x89PNG"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from megaactors.cli.common import CommandError
 
-__all__ = ["register"]
+__all__ = ["register", "write_figures"]
 
 
 def register(sub: Any) -> None:
@@ -29,11 +30,22 @@ def handle(args: argparse.Namespace) -> int:
     source = Path(args.results)
     df = load_results(source)
     out = Path(args.out) if args.out else (source if source.is_dir() else source.parent)
-    from megaactors.experiments.plots import plot_results
-
-    paths = plot_results(df, out)
+    paths = write_figures(df, out)
     if not paths:
         raise CommandError(f"nothing to plot: no row of {source} has status ok or skipped")
     for path in paths:
         print(f"wrote {path}")
     return 0
+
+
+def write_figures(df: Any, out: Path) -> list[Path]:
+    """Every figure ``df`` allows, written into ``out`` without following a link
+    planted there (drawn in a private directory, then renamed into place)."""
+    from megaactors.experiments.plots import plot_results
+    from megaactors.safe_files import Directory
+
+    with tempfile.TemporaryDirectory(prefix="megaactors-figures-") as tmp, Directory(out) as target:
+        drawn = plot_results(df, tmp)
+        for path in drawn:
+            target.replace(path.name, path.read_bytes())
+    return [out / path.name for path in drawn]

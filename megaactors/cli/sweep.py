@@ -80,10 +80,10 @@ def handle(args: argparse.Namespace) -> int:
     done = ", ".join(f"{counts[s]} {s}" for s in ("ok", "skipped", "error") if counts.get(s))
     print(f"wrote {out / 'results.csv'} ({len(df)} runs: {done})", flush=True)
     if not args.no_plots:
-        from megaactors.experiments.plots import plot_results
+        from megaactors.cli.plot import write_figures
         from megaactors.experiments.result_rows import load_results
 
-        for path in plot_results(load_results(out), out):  # every run of the directory
+        for path in write_figures(load_results(out), out):  # every run of the directory
             print(f"wrote {path}", flush=True)
     failed = df[df["status"] == "error"]
     if len(failed):
