@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from megaactors.durable import UnknownRunError, open_store
 from megaactors.redact import MASK, redact
 
 SECRET = "s3cr3t-pw"
@@ -73,6 +74,9 @@ def test_no_command_shows_a_database_password(postgres_dsn: str) -> None:
     assert "already exists" in outputs[1].stderr
     assert f"megaactors resume --checkpoint postgresql://postgres:{MASK}@" in outputs[1].stderr
     assert outputs[5].returncode == 2 and "cannot connect to PostgreSQL" in outputs[5].stderr
+    with open_store(dsn) as store, pytest.raises(UnknownRunError) as info:  # the library's own errors too
+        store.get_run("nope")
+    assert SECRET not in str(info.value) and f"postgres:{MASK}@" in str(info.value)
 
 
 def test_billing_urls_are_masked_in_tables_json_and_errors(tmp_path: Path) -> None:
