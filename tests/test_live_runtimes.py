@@ -414,9 +414,9 @@ def test_bench_async_vs_threads_prints_a_table() -> None:
     ("args", "needle"),
     [
         (["--calls", "0"], "calls must be an integer >= 1"),
-        (["--latency-ms", "-5"], "latency ms must be a finite number >= 0"),
+        (["--latency-ms", "-5"], "latency_ms must be a finite number >= 0"),
         (["--calls", "10000000"], "calls: threads need one thread per call"),
-        (["--calls", "x"], "invalid int value: 'x'"),
+        (["--calls", "x"], "calls: 'x' is not an integer"),
     ],
 )
 def test_bench_refuses_bad_input_with_one_line_and_exit_code_2(args: list[str], needle: str) -> None:
