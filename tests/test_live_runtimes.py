@@ -238,7 +238,7 @@ def test_cli_runs_live_runtimes_with_a_time_scale(runtime: str) -> None:
 def test_cli_refuses_a_bad_time_scale(value: str) -> None:
     out = megaactors("run", "--runtime", "asyncio", "--time-scale", value)
     assert out.returncode == 2 and out.stdout == ""
-    assert "time scale must be a finite number > 0" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert "time_scale must be a finite number > 0" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
 def test_run_spec_passes_runtime_options_through() -> None:

@@ -100,7 +100,7 @@ def test_a_list_of_grids_is_their_union_without_duplicates() -> None:
         ({"agents": []}, SweepError, "empty grid: parameter 'agents' has no values"),
         ({"agents": [10, 0]}, ParameterError, "agents must be an integer >= 1 and <= 1e9, got 0"),
         ({"topology": ["ring"]}, ParameterError, "unknown topology 'ring'"),
-        ({"topology": "two-tier", "group_size": ["big"]}, ParameterError, "group size must be an integer or 'optimal'"),
+        ({"topology": "two-tier", "group_size": ["big"]}, ParameterError, "group_size must be an integer or 'optimal'"),
         ({"runtime": ["quantum"]}, ParameterError, "unknown runtime 'quantum'"),
         (["agents"], SweepError, "a grid maps parameter names to lists of values"),
     ],

@@ -66,7 +66,6 @@ def _checked(p: Param) -> Any:
         except ParameterError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
-    convert.__name__ = p.label  # argparse names the type in some of its messages
     return convert
 
 

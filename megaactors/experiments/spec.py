@@ -57,7 +57,7 @@ class RunSpec:
         for name, declaration in PARAMETERS.items():
             value = getattr(self, name)
             if name == "group_size" and value == OPTIMAL:
-                raise ParameterError(f"group size {OPTIMAL!r} is resolved by RunSpec.from_dict, not RunSpec()")
+                raise ParameterError(f"group_size {OPTIMAL!r} is resolved by RunSpec.from_dict, not RunSpec()")
             checked = declaration.check(value)
             if checked is not value:
                 object.__setattr__(self, name, checked)

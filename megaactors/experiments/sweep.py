@@ -161,7 +161,7 @@ def _planned(given: dict[str, Any], budget: Budget) -> PlannedRun:
     params = {**_DEFAULTS.as_dict(), **given}
     topology, group_size = params["topology"], params["group_size"]
     if isinstance(group_size, str) and group_size != OPTIMAL:
-        raise ParameterError(f"group size must be an integer or {OPTIMAL!r}, got {group_size!r}")
+        raise ParameterError(f"group_size must be an integer or {OPTIMAL!r}, got {group_size!r}")
     rule = ""
     if topology == "two-tier":
         rule = OPTIMAL if group_size == OPTIMAL else "fixed"
