@@ -166,10 +166,10 @@ class MemoryStore(CheckpointStore):
             run.status, run.result, run.lease_expires, run.error = "done", _copy(result), None, None
             run.updated_at = self.now()
 
-    def fail(self, lease: Lease, error: str) -> str:
+    def fail(self, lease: Lease, error: str, *, final: bool = False) -> str:
         with self._t.lock:
             run = self._fenced(lease)
-            run.status = "dead" if run.attempts >= run.max_attempts else "queued"
+            run.status = "dead" if final or run.attempts >= run.max_attempts else "queued"
             run.error, run.lease_expires, run.updated_at = error, None, self.now()
             return run.status
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from megaactors.durable.store import FORMAT, FORMAT_VERSION, Lease, StoreConnection, fence_error
 from megaactors.errors import UnknownRunError
+from megaactors.redact import redact
 
 __all__ = ["RUN_COLUMNS", "TABLES", "SQLConnection", "from_json", "schema", "to_json"]
 TABLES = (
@@ -165,4 +166,4 @@ class SQLConnection(StoreConnection):
 
     def _known(self, run_id: str) -> None:
         if self._one("SELECT 1 FROM megaactors_runs WHERE run_id = ?", (run_id,)) is None:
-            raise UnknownRunError(f"no run {run_id!r} in {self.target}")
+            raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")

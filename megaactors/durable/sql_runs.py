@@ -9,6 +9,7 @@ from typing import Any
 from megaactors.durable.sql_base import RUN_COLUMNS, SQLConnection, from_json, to_json
 from megaactors.durable.store import Lease, RunQueueStore, RunRecord
 from megaactors.errors import LeaseHeldError, RunExistsError, StoreError, UnknownRunError, VersionMismatchError
+from megaactors.redact import redact
 
 __all__ = ["SQLRunQueue"]
 
@@ -85,7 +86,7 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
     def get_run(self, run_id: str) -> RunRecord:
         row = self._one(f"SELECT {RUN_COLUMNS}, {{NOW}} FROM megaactors_runs WHERE run_id = ?", (run_id,))
         if row is None:
-            raise UnknownRunError(f"no run {run_id!r} in {self.target}")
+            raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")
         return self._row_to_run(row, row[17])
 
     def list_runs(self, status: str | None = None) -> list[RunRecord]:
@@ -102,7 +103,7 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
                 (run_id,),
             )
             if row is None:
-                raise UnknownRunError(f"no run {run_id!r} in {self.target}")
+                raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")
             status, holder, expires, run_version, now = row
             if run_version != version:
                 raise VersionMismatchError(
@@ -162,13 +163,13 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
                 (to_json(result), lease.run_id),
             )
 
-    def fail(self, lease: Lease, error: str) -> str:
+    def fail(self, lease: Lease, error: str, *, final: bool = False) -> str:
         with self._write():
             self._fenced(lease)
             attempts, max_attempts = self._one(
                 "SELECT attempts, max_attempts FROM megaactors_runs WHERE run_id = ?", (lease.run_id,)
             )
-            status = "dead" if attempts >= max_attempts else "queued"
+            status = "dead" if final or attempts >= max_attempts else "queued"
             self._run(
                 "UPDATE megaactors_runs SET status = ?, error = ?, lease_expires = NULL, updated_at = {NOW} "
                 "WHERE run_id = ?",
@@ -193,4 +194,4 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
                 (reason, run_id),
             )
         if not n:
-            raise UnknownRunError(f"no run {run_id!r} in {self.target}")
+            raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")
