@@ -90,6 +90,7 @@ class ChangeTracker:
     def __init__(self, org: Organisation, on_llm_call: LLMCallHook | None, tool_gate: ToolGate | None) -> None:
         self.org = org
         self.on_llm_call = on_llm_call
+        self.wants_llm_calls = on_llm_call is not None
         self.tool_gate = tool_gate
         self.events: list[int] = []
         self.touched_agents: set[int] = set()

@@ -62,6 +62,9 @@ class AgentHost(Protocol):
 class RunObserver(Protocol):
     """Sees a run's side effects as they happen (a durable run charges and records them)."""
 
+    wants_llm_calls: bool
+    """Whether :meth:`llm_issued` is to be called (for every call: say no if not needed)."""
+
     def llm_issued(self, agent: int, call_index: int, reply: LLMReply) -> None:
         """An LLM call was issued and accounted."""
         ...
@@ -97,6 +100,8 @@ class Interpreter:
         self.host = host
         self.tools = tools or {}
         self.observer = observer
+        self.llm_observer = observer.llm_issued if observer is not None and observer.wants_llm_calls else None
+        """Called with ``(agent, call_index, reply)`` for every LLM call (or None)."""
         self.tool_hook = uses_tools(behaviour)
         """Whether the behaviour has ``on_tool`` (may ask for tools)."""
         init = behaviour.init
@@ -258,8 +263,8 @@ class Interpreter:
         reply = self.llm.complete(a.id, index, request, sum(a.memory), new_tokens)
         a.calls = index + 1
         ledger.record_llm(a.id, reply)
-        if self.observer is not None:
-            self.observer.llm_issued(a.id, index, reply)
+        if self.llm_observer is not None:
+            self.llm_observer(a.id, index, reply)
         return new_tokens, reply
 
     def llm_started(self) -> None:
@@ -273,8 +278,8 @@ class Interpreter:
         index = a.calls
         a.calls = index + 1
         self.ledger.record_llm(a.id, reply)
-        if self.observer is not None:
-            self.observer.llm_issued(a.id, index, reply)
+        if self.llm_observer is not None:
+            self.llm_observer(a.id, index, reply)
 
     # ------------------------------------------------------------------ tool calls
 
