@@ -31,7 +31,7 @@ channel. Token counts per LLM call come from :class:`TokenPlan` (one entry per
 stage: planning, task solving, merging).
 
 Optional mechanisms of the reference code (off by default; see :class:`Work` and
-:class:`OuterLoop`): reviews and merges that read every delivery, a polling delay
+:class:`OuterLoop`): reviews that read every delivery they cover, a polling delay
 before a batch is worked on, git writes that conflict after waiting for the mutex,
 and the main loop's joined rounds of TODO reminders with the boss's proofreading.
 """
@@ -192,7 +192,7 @@ class MegaAgent:
         if retry:
             self._count_retry(ctx, state, "its parent rejected its work")
             if state["children"]:
-                eff = self._call(state, _MERGE, MERGING, read + self._merge_tokens(state))
+                eff = self._call(state, _MERGE, MERGING, read)
             else:
                 state["left"] = self.work.retry_calls
                 eff = self._call(state, _WORK, TASK_SOLVING, read)
@@ -303,10 +303,6 @@ class MegaAgent:
         t = self.tokens.stage(stage)
         return Effects(llm=LLMRequest(t.new_tokens + read, t.output_tokens, stage))
 
-    def _merge_tokens(self, state: dict[str, Any]) -> int:
-        """What a merge reads besides its prompt: every child's final delivery."""
-        return self.work.review_tokens * len(state["children"])
-
     def _begin(self, state: dict[str, Any], read: int) -> Effects:
         """A task arrived: plan and recruit, or do it."""
         if state["size"] > 1:
@@ -351,9 +347,7 @@ class MegaAgent:
         if state["accepted"] == len(state["children"]):
             state["phase"] = _MERGE
             t = self.tokens.merging
-            return Effects(
-                sends=sends, llm=LLMRequest(t.new_tokens + self._merge_tokens(state), t.output_tokens, MERGING)
-            )
+            return Effects(sends=sends, llm=LLMRequest(t.new_tokens, t.output_tokens, MERGING))
         state["phase"] = 0
         return Effects(sends=sends)
 

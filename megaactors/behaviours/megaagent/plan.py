@@ -200,7 +200,9 @@ class Work:
     review_tokens: int = 0
     """Prompt tokens a reviewer reads for each delivery its review covers (the
     delivered part itself), so a review's prompt, and with prefill its latency,
-    grows with the number of deliveries it covers."""
+    grows with the number of deliveries it covers. (A merge's prompt is a stage
+    prompt like any other: the paper's merging tokens are fewer than its admins'
+    deliveries would fill.)"""
     poll_s: float = 0.0
     """An idle agent looks at its in-queue every ``poll_s`` seconds (§2.2.3: Idle
     sleeps Δt_poll): a batch waits a uniform part of it before its first LLM call,
