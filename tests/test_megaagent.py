@@ -213,8 +213,10 @@ def test_serial_mode_never_has_two_agents_processing() -> None:
 
 
 def test_the_git_mutex_contention_shows_in_the_makespan() -> None:
-    locked = SMALL_POLICY.run(1).ledger
-    free = SMALL_POLICY.but(work=replace(SMALL_POLICY.work, git_lock=False)).run(1).ledger
+    # without prefill latency, timing cannot change what the agents do, only when
+    sc = SMALL_POLICY.but(latency=replace(SMALL_POLICY.latency, prefill_s_per_token=0.0))
+    locked = sc.run(1).ledger
+    free = sc.but(work=replace(sc.work, git_lock=False)).run(1).ledger
     assert locked.lock_wait_s > 0 and free.lock_wait_s == 0
     assert locked.tool_calls == free.tool_calls
     assert locked.virtual_time_s > free.virtual_time_s
@@ -244,7 +246,12 @@ def test_calibration_reproduces_the_papers_stage_split(name: str) -> None:
     cal = calibrate(SCENARIOS[name], seed=1)
     stages = measure(cal.scenario.run(1))["stages"]
     for stage, (tokens_in, tokens_out) in stage_targets(name).items():
-        assert stages[stage]["tokens_in"] == pytest.approx(tokens_in, rel=0.05), stage
+        if any(f"stage {stage} exceeds" in note for note in cal.notes):
+            # its prompt is down to 1 token: memory and messages alone overshoot, and say so
+            assert cal.as_dict()["per_call"][stage]["new_tokens"] == 1
+            assert stages[stage]["tokens_in"] > tokens_in, stage
+        else:
+            assert stages[stage]["tokens_in"] == pytest.approx(tokens_in, rel=0.01), stage
         assert stages[stage]["tokens_out"] == pytest.approx(tokens_out, rel=0.05), stage
     other = calibrate(SCENARIOS[name], seed=1, targets={s: (2 * i, 2 * o) for s, (i, o) in stage_targets(name).items()})
     assert measure(other.scenario.run(1))["tokens_in"] == pytest.approx(
