@@ -45,6 +45,7 @@ PAPER: dict[str, dict[str, Any]] = {
         },
         "total": (1_163_619, 68_862, 0, 870),
         "cost_usd": None,
+        "text_token_ratio": 23,  # "about 23:1" input to output tokens in the text
     },
     "policy": {
         "source": "Tables 6, 8, 9 (national policy generation, GPT-4o-mini)",
@@ -69,6 +70,7 @@ PAPER: dict[str, dict[str, Any]] = {
         },
         "total": (8_463_989, 381_053, 0, 3000),
         "cost_usd": 3.30,
+        "text_token_ratio": 25,  # "about 25:1" in the text
         # v2 text: 9 ministers recruited, each recruiting dozens; three levels
         "level_one_agents": 9,
     },
