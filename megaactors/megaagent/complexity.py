@@ -31,6 +31,7 @@ from megaactors.megaagent.stats import compare_models, interval
 __all__ = [
     "CURVES",
     "DEFAULT_AGENTS",
+    "THREE_LEVEL_FANOUTS",
     "ComplexityGrid",
     "complexity_scenario",
     "complexity_tasks",
@@ -39,9 +40,9 @@ __all__ = [
     "summarise",
 ]
 
-DEFAULT_AGENTS = (10, 30, 100, 300, 1_000, 3_000, 10_000, 30_000)
+DEFAULT_AGENTS = (10, 30, 100, 300, 1_000, 3_000, 10_000)
 CURVES = ("parallel", "serial", "parallel_git_lock")
-THREE_LEVEL_FANOUTS = (3, 5, 10, 20, 30, 50, 100)
+THREE_LEVEL_FANOUTS = (3, 5, 10, 20, 30, 50)
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,9 @@ class ComplexityGrid:
     agents: tuple[int, ...] = DEFAULT_AGENTS
     main_fanout: int = 5
     other_fanouts: tuple[int, ...] = (3, 10)
-    other_max_agents: int = 10_000
+    other_max_agents: int = 3_000
     """Largest N of the other fan-outs' curves."""
-    linear_max_agents: int = 10_000
+    linear_max_agents: int = 3_000
     """Largest N of the serial and git-mutex curves (linear by construction beyond)."""
     three_level_fanouts: tuple[int, ...] = THREE_LEVEL_FANOUTS
 
@@ -140,7 +141,9 @@ def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def crossover(summary: dict[str, Any], fanout: int) -> int | None:
     """Smallest N at which the git mutex at least doubles the mean parallel makespan."""
-    plain = {p["agents"]: p["makespan_s"]["mean"] for p in summary.get(f"fanout{fanout}/parallel", {}).get("points", [])}
+    plain = {
+        p["agents"]: p["makespan_s"]["mean"] for p in summary.get(f"fanout{fanout}/parallel", {}).get("points", [])
+    }
     for p in summary.get(f"fanout{fanout}/parallel_git_lock", {}).get("points", []):
         if p["agents"] in plain and p["makespan_s"]["mean"] >= 2 * plain[p["agents"]]:
             return int(p["agents"])

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from megaactors.behaviours.megaagent import STAGES
 from megaactors.core.agent import AgentState
@@ -68,22 +69,36 @@ def ablation_figure(scenarios: dict[str, dict[str, Any]], path: Path | None = No
         for i, v in enumerate(names):
             paper, bound = rows[v]["paper_makespan_s"], rows[v]["paper_is_lower_bound"]
             if paper:
-                ax.bar(i - 0.2, paper, 0.4, color="white" if bound else _PAPER, edgecolor=_PAPER, hatch="//" if bound else None)
+                ax.bar(
+                    i - 0.2,
+                    paper,
+                    0.4,
+                    color="white" if bound else _PAPER,
+                    edgecolor=_PAPER,
+                    hatch="//" if bound else None,
+                )
                 if bound:
-                    ax.annotate("", (i - 0.2, paper * 2.2), (i - 0.2, paper), arrowprops={"arrowstyle": "->", "color": _PAPER})
+                    ax.annotate(
+                        "", (i - 0.2, paper * 2.2), (i - 0.2, paper), arrowprops={"arrowstyle": "->", "color": _PAPER}
+                    )
                     ax.text(i - 0.2, paper * 2.4, f"> {paper:,.0f}\n(stopped)", ha="center", fontsize=7, color=_PAPER)
         mk = [rows[v]["makespan_s"] for v in names]
         means = np.array([m["mean"] for m in mk])
         err = np.array([[m["mean"] - m["lo"] for m in mk], [m["hi"] - m["mean"] for m in mk]])
-        ax.bar(x + 0.2, means, 0.4, color=_SIM, yerr=err, capsize=3, label="simulation (mean, 95 % CI)")
-        ax.bar([], [], color=_PAPER, label="paper")
-        ax.bar([], [], color="white", edgecolor=_PAPER, hatch="//", label="paper, lower bound")
+        ax.bar(x + 0.2, means, 0.4, color=_SIM, yerr=err, capsize=3)
+        top = max([*means, *(rows[v]["paper_makespan_s"] or 0 for v in names)])
+        ax.set_ylim(top=top * 4)
         labels = [f"{_VARIANT_LABELS[v]}\n{rows[v]['agents']['mean']:,.0f} agents" for v in names]
         ax.set_xticks(x, labels, fontsize=8)
         ax.set(
             yscale="log", ylabel="makespan (s, log scale)", title=f"{name}: ablations ({sc['paper']['ablation_table']})"
         )
-        ax.legend(fontsize=7)
+        handles = [
+            Patch(color=_PAPER, label="paper"),
+            Patch(facecolor="white", edgecolor=_PAPER, hatch="//", label="paper, lower bound"),
+            Patch(color=_SIM, label="simulation (mean, 95 % CI)"),
+        ]
+        ax.legend(handles=handles, fontsize=7, loc="upper right")
         ax.grid(True, axis="y", which="both", alpha=0.3)
     return save(fig, path)
 
@@ -91,7 +106,7 @@ def ablation_figure(scenarios: dict[str, dict[str, Any]], path: Path | None = No
 def gantt_figure(scenarios: dict[str, dict[str, Any]], path: Path | None = None) -> Figure:
     """Stage windows (first call start to last call end), paper against simulation
     (the simulation's bar spans the seeds' mean window; whiskers their range)."""
-    fig = Figure(figsize=(6.5 * len(scenarios), 3.2))
+    fig = Figure(figsize=(6.5 * len(scenarios), 3.6), layout="constrained")
     axes = fig.subplots(1, len(scenarios), squeeze=False)
     for ax, (name, sc) in zip(axes[0], scenarios.items(), strict=True):
         for row, stage in enumerate(STAGES):
@@ -104,11 +119,13 @@ def gantt_figure(scenarios: dict[str, dict[str, Any]], path: Path | None = None)
                 [s1], [row - 0.25], xerr=[[s1 - w["end"]["min"]], [w["end"]["max"] - s1]], fmt="none", color="black"
             )
         ax.set_yticks(range(len(STAGES)), [_LABELS[s] for s in STAGES])
-        ax.barh([], [], color=_PAPER, label="paper")
-        ax.barh([], [], color=_SIM, label="simulation (mean; whisker: range over seeds)")
+        handles = [
+            Patch(color=_SIM, label="simulation (mean; whisker: range of the end over seeds)"),
+            Patch(color=_PAPER, label="paper"),
+        ]
         ax.set(xlabel="time (s)", title=f"{name}: stage windows ({sc['paper']['table']})")
         ax.invert_yaxis()
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2)
         ax.grid(True, axis="x", alpha=0.3)
     return save(fig, path)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from megaactors.megaagent.figures import save
 
@@ -40,7 +41,7 @@ def _curve(ax: Any, entry: dict[str, Any], color: str, label: str, style: str = 
 def complexity_figure(summary: dict[str, Any], main_fanout: int, path: Path | None = None) -> Figure:
     """Three panels: the main fan-out's curves (parallel, serial, git mutex); the
     parallel curve for every fan-out; the paper's three-level regime with its fits."""
-    fig = Figure(figsize=(17, 4.8))
+    fig = Figure(figsize=(17, 4.8), layout="constrained")
     left, middle, right = fig.subplots(1, 3)
     colors = {"parallel": "#1f77b4", "serial": "#d62728", "parallel_git_lock": "#2ca02c"}
     names = {
@@ -83,7 +84,7 @@ def complexity_figure(summary: dict[str, Any], main_fanout: int, path: Path | No
 def tornado_figure(sensitivity: dict[str, Any], path: Path | None = None) -> Figure:
     """Per scenario: the range of mean makespan and speed-up over each axis's plausible
     range, widest on top, against the calibrated value and the paper's."""
-    fig = Figure(figsize=(13, 3.2 * len(sensitivity) + 0.8))
+    fig = Figure(figsize=(13, 3.2 * len(sensitivity) + 0.8), layout="constrained")
     axes = fig.subplots(len(sensitivity), 2, squeeze=False)
     for row, (name, sens) in enumerate(sensitivity.items()):
         for col, (key, label, paper_key) in enumerate(
@@ -99,11 +100,10 @@ def tornado_figure(sensitivity: dict[str, Any], path: Path | None = None) -> Fig
             ax.set_yticks(range(len(axes_rows)), [a["label"] for a in axes_rows], fontsize=7)
             ax.axvline(base, color="black", lw=1)
             paper = sens[paper_key]
-            ax.axvline(paper, color="#7f7f7f", ls="--", label=f"paper {paper:,.2f}")
-            ax.barh([], [], color="#1f77b4", label="low end")
-            ax.barh([], [], color="#ff7f0e", label="high end")
+            line = ax.axvline(paper, color="#7f7f7f", ls="--", label=f"paper {paper:,.2f}".rstrip("0").rstrip("."))
+            handles = [Patch(color="#1f77b4", label="low end"), Patch(color="#ff7f0e", label="high end"), line]
             ax.set(xlabel=label, title=f"{name}: {label}")
-            ax.legend(fontsize=7)
+            ax.legend(handles=handles, fontsize=7)
             ax.grid(True, axis="x", alpha=0.3)
     return save(fig, path)
 
@@ -123,7 +123,12 @@ def mechanism_figure(mechanisms: dict[str, Any], path: Path | None = None) -> Fi
         conc = [r["result"]["mean_concurrency"]["mean"] for r in rows]
         ax.plot(x, conc, "k_", markersize=22, mew=2, label="parallel run's mean concurrency (bound)")
         paper = mech["paper_speedup"]
-        ax.axhline(paper, color="#7f7f7f", ls="--", label=("paper ≥ " if mech["paper_is_lower_bound"] else "paper ") + f"{paper:.2f}×")
+        ax.axhline(
+            paper,
+            color="#7f7f7f",
+            ls="--",
+            label=("paper ≥ " if mech["paper_is_lower_bound"] else "paper ") + f"{paper:.2f}×",
+        )
         ax.set_xticks(x, [r["name"].replace("_", "\n") for r in rows], fontsize=7)
         ax.set(ylabel="serial / parallel makespan", title=f"{name}: candidate mechanisms")
         ax.legend(fontsize=7)

@@ -88,7 +88,8 @@ def paper_inconsistencies(simulated: dict[str, Any] | None = None) -> list[dict[
         out.append(
             {
                 "title": "Gobang without hierarchy",
-                "detail": f"the paper's run without hierarchy ({paper_flat['agents']} agents, {paper_flat['time_s']} s) "
+                "detail": f"the paper's run without hierarchy ({paper_flat['agents']} agents, "
+                f"{paper_flat['time_s']} s) "
                 f"is slower than the full one ({g['makespan_s']} s); in the simulation it is {faster} "
                 f"({flat:,.0f} s against {full:,.0f} s, means over seeds): with fewer agents there is less to "
                 "recruit, review and merge, and nothing in the mechanism makes a flat group slower. The paper's "

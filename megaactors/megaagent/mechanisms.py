@@ -39,7 +39,9 @@ def _measured_latency_and_tools(sc: Scenario) -> Scenario:
         per_output_token_s=lat["per_output_token_s"],
         prefill_s_per_token=lat["prefill_s_per_token"],
     )
-    return sc.but(latency=latency, work=replace(sc.work, git_s=_LOG["write_file_min_s"], tool_s=_LOG["other_tool_mean_s"]))
+    return sc.but(
+        latency=latency, work=replace(sc.work, git_s=_LOG["write_file_min_s"], tool_s=_LOG["other_tool_mean_s"])
+    )
 
 
 def _outer_loop(sc: Scenario) -> Scenario:

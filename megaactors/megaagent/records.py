@@ -133,7 +133,9 @@ def mechanism_record(name: str, full: list[dict[str, Any]], serial: list[dict[st
         "conflicts": _iv(full, "conflicts"),
         "speedup_emerges": bool(sp["hi"] >= target) if not lower else bool(sp["lo"] > target),
         "makespan_emerges": bool(abs(mk["mean"] / paper["makespan_s"] - 1) <= 0.2),
-        "serial_emerges": bool(ser["mean"] > serial_paper) if lower else bool(abs(ser["mean"] / serial_paper - 1) <= 0.2),
+        "serial_emerges": bool(ser["mean"] > serial_paper)
+        if lower
+        else bool(abs(ser["mean"] / serial_paper - 1) <= 0.2),
     }
 
 
@@ -186,7 +188,9 @@ def summary_rows(name: str, runs: dict[str, list[dict[str, Any]]], bound: dict[s
     for stage in STAGES:
         ends = [r["stages"][stage]["window_s"][1] for r in full]
         rows.append(
-            _row(name, f"{stage.replace('_', ' ')} window end (s)", "emergent", paper["stages"][stage][3], interval(ends))
+            _row(
+                name, f"{stage.replace('_', ' ')} window end (s)", "emergent", paper["stages"][stage][3], interval(ends)
+            )
         )
     return rows
 
@@ -207,7 +211,9 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             holds = sim["lo"] <= paper <= sim["hi"]
             side = "below" if sim["hi"] < paper else "above"
-            text = f"{ours}; the paper's {shown} lies in the interval" if holds else f"{ours}, {side} the paper's {shown}"
+            text = (
+                f"{ours}; the paper's {shown} lies in the interval" if holds else f"{ours}, {side} the paper's {shown}"
+            )
         out.append({"scenario": r["scenario"], "figure": r["figure"], "reproduced": bool(holds), "text": text})
     return out
 

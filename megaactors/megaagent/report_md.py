@@ -146,7 +146,8 @@ def _mechanisms(report: dict[str, Any]) -> list[str]:
             )
         paper = report["scenarios"][name]["bound"]
         lines += [
-            f"**{name}** (paper: speed-up {'> ' if paper['paper_is_lower_bound'] else ''}{paper['paper_speedup']:.2f}×)",
+            f"**{name}** (paper: speed-up {'> ' if paper['paper_is_lower_bound'] else ''}"
+            f"{paper['paper_speedup']:.2f}×)",
             "",
         ]
         lines += _table(
@@ -225,7 +226,11 @@ def _sensitivity(report: dict[str, Any]) -> list[str]:
                     a["why"],
                 ]
             )
-        lines += [f"**{name}** (calibrated: makespan {sens['base']['makespan_s']:,.0f} s, speed-up {sens['base']['speedup']:.2f}×)", ""]
+        lines += [
+            f"**{name}** (calibrated: makespan {sens['base']['makespan_s']:,.0f} s, "
+            f"speed-up {sens['base']['speedup']:.2f}×)",
+            "",
+        ]
         lines += _table(["assumption", "low / base / high", "makespan (s)", "speed-up", "range, and why"], rows)
     rows = []
     for sens in report["sensitivity"].values():
@@ -266,7 +271,16 @@ def _scenario_sections(report: dict[str, Any]) -> list[str]:
                 ]
             )
         lines += _table(
-            ["stage", "paper in", "sim in", "ratio", "paper out", "sim out", "paper window (s)", "sim window (s, **emergent**)"],
+            [
+                "stage",
+                "paper in",
+                "sim in",
+                "ratio",
+                "paper out",
+                "sim out",
+                "paper window (s)",
+                "sim window (s, **emergent**)",
+            ],
             rows,
         )
         lines += [f"## {name}: ablations ({p['ablation_table']}; makespans **emergent**)", ""]
@@ -287,7 +301,16 @@ def _scenario_sections(report: dict[str, Any]) -> list[str]:
                 ]
             )
         lines += _table(
-            ["variant", "paper agents", "paper time (s)", "sim agents (input)", "sim makespan (s)", "sim LLM calls", "sim cost ($)", "sim retries"],
+            [
+                "variant",
+                "paper agents",
+                "paper time (s)",
+                "sim agents (input)",
+                "sim makespan (s)",
+                "sim LLM calls",
+                "sim cost ($)",
+                "sim retries",
+            ],
             rows,
         )
         lines += [
@@ -323,7 +346,10 @@ def _complexity(report: dict[str, Any]) -> list[str]:
             [
                 key,
                 f"{pts[0]['agents']:,}–{pts[-1]['agents']:,}",
-                *[f"{m[k]['delta_aic']:.0f} / {m[k]['delta_bic']:.0f}" for k in ("depth", "log", "sqrt", "linear", "power")],
+                *[
+                    f"{m[k]['delta_aic']:.0f} / {m[k]['delta_bic']:.0f}"
+                    for k in ("depth", "log", "sqrt", "linear", "power")
+                ],
                 f"{m['power']['b']:.2f} ± {m['power']['b_stderr']:.2f}",
                 models["best_aic"],
             ]

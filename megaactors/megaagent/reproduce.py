@@ -188,7 +188,9 @@ def reproduce_section3(
                     "label": m.label,
                     "parameters": m.parameters,
                     "source": m.source,
-                    "result": mechanism_record(name, got(name, "mech", m.name, "full"), got(name, "mech", m.name, "serial")),
+                    "result": mechanism_record(
+                        name, got(name, "mech", m.name, "full"), got(name, "mech", m.name, "serial")
+                    ),
                 }
                 for m in MECHANISMS
             ],
@@ -202,10 +204,14 @@ def reproduce_section3(
                 if value == axis.base(base):
                     ends[end] = {**base_point, "value": _plain(value)}
                     continue
-                point = _sens_point(got(name, "axis", axis.name, end, "full"), got(name, "axis", axis.name, end, "serial"))
+                point = _sens_point(
+                    got(name, "axis", axis.name, end, "full"), got(name, "axis", axis.name, end, "serial")
+                )
                 ends[end] = {**point, "value": _plain(value)}
                 points.append({**point, "axis": axis.label, "end": f"{end} ({_plain(value)})"})
-            axes_rows.append({"axis": axis.name, "label": axis.label, "base_value": _plain(axis.base(base)), "why": axis.why, **ends})
+            axes_rows.append(
+                {"axis": axis.name, "label": axis.label, "base_value": _plain(axis.base(base)), "why": axis.why, **ends}
+            )
         paper = PAPER[name]
         sensitivity[name] = {
             "base": base_point,
@@ -297,7 +303,8 @@ def _scenario_record(
         "agents_per_level": sc.plan.per_level(),
         "summary": {k: float(np.mean([r[k] for r in full])) for k in ("llm_calls", "makespan_s", "cost_usd")},
         "stages": {
-            s: {k: float(np.mean([r["stages"][s][k] for r in full])) for k in ("tokens_in", "tokens_out")} for s in STAGES
+            s: {k: float(np.mean([r["stages"][s][k] for r in full])) for k in ("tokens_in", "tokens_out")}
+            for s in STAGES
         },
         "stage_windows": windows,
         "ablations": ablation_record(name, runs),
@@ -308,7 +315,9 @@ def _scenario_record(
             "source": paper["source"],
             "table": STAGE_TABLES[name],
             "ablation_table": ABLATION_TABLES[name],
-            "stages": {s: {"tokens_in": v[0], "tokens_out": v[1], "window_s": [v[2], v[3]]} for s, v in paper["stages"].items()},
+            "stages": {
+                s: {"tokens_in": v[0], "tokens_out": v[1], "window_s": [v[2], v[3]]} for s, v in paper["stages"].items()
+            },
         },
     }
 
@@ -319,7 +328,9 @@ def _complexity_record(
     par = summary.get(f"fanout{grid.main_fanout}/parallel", {})
     ser = summary.get(f"fanout{grid.main_fanout}/serial", {})
     parallel_log_like = [
-        k for k, v in summary.items() if k.endswith("/parallel") and v.get("models", {}).get("best_aic") in ("depth", "log")
+        k
+        for k, v in summary.items()
+        if k.endswith("/parallel") and v.get("models", {}).get("best_aic") in ("depth", "log")
     ]
     parallel_curves = [k for k in summary if k.endswith("/parallel")]
     serial_best = ser.get("models", {}).get("best_aic")
@@ -328,7 +339,9 @@ def _complexity_record(
         "base_scenario": COMPLEXITY_BASE,
         "grid": {k: _plain(v) for k, v in grid.__dict__.items()},
         "seeds": seeds,
-        "per_agent_work": "one LLM call and one tool call per worker task; admins plan, review and merge as in the scenario",
+        "per_agent_work": (
+            "one LLM call and one tool call per worker task; admins plan, review and merge as in the scenario"
+        ),
         "curves": summary,
         "rows": list(rows),
         "parallel_curves_log_like": parallel_log_like,

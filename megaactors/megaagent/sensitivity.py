@@ -129,8 +129,8 @@ AXES: tuple[Axis, ...] = (
         _tool_s,
         _x(0.5, _tool_s),
         _x(2.0, _tool_s),
-        f"half to twice the assumption (the reference log's tools without the lock take {REFERENCE_LOG['other_tool_mean_s']} "
-        "s on average)",
+        "half to twice the assumption (the reference log's tools without the lock take "
+        f"{REFERENCE_LOG['other_tool_mean_s']} s on average)",
     ),
     Axis(
         "median_s",
@@ -204,7 +204,10 @@ def conclusions(
             f"the parallel speed-up is {'above' if lower else 'below'} the paper's {speedup:.2f}×",
             (lambda r: r["speedup"] > speedup) if lower else (lambda r: r["speedup"] < speedup),
         ),
-        (f"the makespan is below the paper's {paper['makespan_s']:,} s", lambda r: r["makespan_s"] < paper["makespan_s"]),
+        (
+            f"the makespan is below the paper's {paper['makespan_s']:,} s",
+            lambda r: r["makespan_s"] < paper["makespan_s"],
+        ),
         (
             "the speed-up is within 10 % of the parallel run's mean concurrency (serial does the same work)",
             lambda r: abs(r["speedup"] / r["bound"] - 1) <= 0.1,

@@ -271,6 +271,7 @@ class MegaAgent:
         if phase == _WORK:
             if result.name == "write_file" and self._conflicts(ctx, state, result):
                 state["conflicts"] += 1
+                self._count_retry(ctx, state, "its git writes kept conflicting")
                 return self._call(state, _REWRITE, TASK_SOLVING, 0)
             state["left"] -= 1
             if state["left"]:

@@ -211,7 +211,7 @@ class Work:
     conflict_probability: float = 0.0
     """A git write that had to wait for the mutex (someone committed just before it)
     was based on a stale commit and conflicts with this probability: the writer reads
-    the file again (one LLM call) and writes again."""
+    the file again (one LLM call) and writes again; each redo counts as a retry."""
 
     def __post_init__(self) -> None:
         check_int("task calls", self.task_calls, 1)
