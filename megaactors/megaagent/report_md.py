@@ -241,7 +241,13 @@ def _sensitivity(report: dict[str, Any]) -> list[str]:
                     c["conclusion"],
                     "yes" if c["holds_at_base"] else "no",
                     f"{c['holds_at']}/{c['points']}",
-                    "**survives**" if c["survives"] else "broken by " + (", ".join(c["broken_by"]) or "the base point"),
+                    "**survives**"
+                    if c["survives"]
+                    else (
+                        "fails at every point"
+                        if not c["holds_at"] and not c["holds_at_base"]
+                        else "broken by " + (", ".join(c["broken_by"]) or "the calibrated point")
+                    ),
                 ]
             )
     lines += ["Which conclusions survive the plausible range:", ""]
@@ -383,13 +389,16 @@ def _complexity(report: dict[str, Any]) -> list[str]:
         pts = three["points"]
         lines += [
             f"In the paper's own regime, three fixed levels whose fan-out grows as √N (N = {pts[0]['agents']:,}–"
-            f"{pts[-1]['agents']:,}), depth cannot explain anything: the best model is **{c['three_levels_best']}** "
-            f"(power exponent {t['power']['b']:.2f} ± {t['power']['b_stderr']:.2f}; log N has ΔAIC "
-            f"{t['log']['delta_aic']:.0f}, √N {t['sqrt']['delta_aic']:.0f}), from {_iv(pts[0]['makespan_s'])} s to "
-            f"{_iv(pts[-1]['makespan_s'])} s. What grows is an admin's load: more deliveries to review (prompts, and "
-            "with prefill latency, time grow with the batch) and more retries to wait for. The paper's 590-agent run "
+            f"{pts[-1]['agents']:,}), depth is constant and cannot explain anything; the makespan goes from "
+            f"{_iv(pts[0]['makespan_s'])} s to {_iv(pts[-1]['makespan_s'])} s and the best model is "
+            f"**{c['three_levels_best']}** (power exponent {t['power']['b']:.2f} ± {t['power']['b_stderr']:.2f}; "
+            f"ΔAIC of log N {t['log']['delta_aic']:.0f}, √N {t['sqrt']['delta_aic']:.0f}, "
+            f"N {t['linear']['delta_aic']:.0f}). "
+            "What grows here is one admin's load: the slowest of more workers (latency and retries), and reviews "
+            "that cover more deliveries (longer prompts, and with prefill longer calls). The paper's 590-agent run "
             "(three levels) sits in this regime, where the O(log n) argument, which needs a bounded fan-out, does not "
-            "apply.",
+            "apply; that the growth still looks logarithmic here is a property of maxima of many latencies, not of "
+            "the hierarchy.",
             "",
         ]
     cross = c["git_mutex_doubles_makespan_from_agents"]
