@@ -86,12 +86,14 @@ def ablation_figure(scenarios: dict[str, dict[str, Any]], path: Path | None = No
         means = np.array([m["mean"] for m in mk])
         err = np.array([[m["mean"] - m["lo"] for m in mk], [m["hi"] - m["mean"] for m in mk]])
         ax.bar(x + 0.2, means, 0.4, color=_SIM, yerr=err, capsize=3)
-        top = max([*means, *(rows[v]["paper_makespan_s"] or 0 for v in names)])
-        ax.set_ylim(top=top * 4)
+        values = [*means, *(rows[v]["paper_makespan_s"] for v in names if rows[v]["paper_makespan_s"])]
         labels = [f"{_VARIANT_LABELS[v]}\n{rows[v]['agents']['mean']:,.0f} agents" for v in names]
         ax.set_xticks(x, labels, fontsize=8)
         ax.set(
-            yscale="log", ylabel="makespan (s, log scale)", title=f"{name}: ablations ({sc['paper']['ablation_table']})"
+            yscale="log",
+            ylim=(min(values) / 2, max(values) * 5),
+            ylabel="makespan (s, log scale)",
+            title=f"{name}: ablations ({sc['paper']['ablation_table']})",
         )
         handles = [
             Patch(color=_PAPER, label="paper"),
