@@ -209,7 +209,8 @@ def _sensitivity(report: dict[str, Any]) -> list[str]:
         "## Sensitivity",
         "",
         "Each assumption is moved to both ends of its plausible range, everything else as calibrated (the fitted "
-        "tokens stay fixed), in parallel and serial over the seeds; the figures are means over seeds.",
+        "tokens stay fixed), in parallel and serial over the seeds (mean [95 % CI]); the tornado and the "
+        "conclusions use the means.",
         "",
         f"![Sensitivity]({report['figures']['tornado']})",
         "",
@@ -221,8 +222,8 @@ def _sensitivity(report: dict[str, Any]) -> list[str]:
                 [
                     a["label"],
                     " / ".join(_value(a[k]) for k in ("low", "base_value", "high")).replace("{", ""),
-                    f"{a['low']['makespan_s']:,.0f} – {a['high']['makespan_s']:,.0f}",
-                    f"{a['low']['speedup']:.2f} – {a['high']['speedup']:.2f}",
+                    f"{_iv(a['low']['makespan_interval'])} – {_iv(a['high']['makespan_interval'])}",
+                    f"{_iv(a['low']['speedup_interval'], 2)} – {_iv(a['high']['speedup_interval'], 2)}",
                     a["why"],
                 ]
             )
@@ -231,7 +232,10 @@ def _sensitivity(report: dict[str, Any]) -> list[str]:
             f"speed-up {sens['base']['speedup']:.2f}×)",
             "",
         ]
-        lines += _table(["assumption", "low / base / high", "makespan (s)", "speed-up", "range, and why"], rows)
+        lines += _table(
+            ["assumption", "low / base / high", "makespan (s), low – high", "speed-up, low – high", "range, and why"],
+            rows,
+        )
     rows = []
     for sens in report["sensitivity"].values():
         for c in sens["conclusions"]:

@@ -93,12 +93,15 @@ def _variant(base: Scenario, name: str, variant: str) -> Scenario:
     return base.variant(variant, agents)
 
 
-def _sens_point(runs: list[dict[str, Any]], serial: list[dict[str, Any]]) -> dict[str, float]:
-    sp = speedups(runs, serial)
+def _sens_point(runs: list[dict[str, Any]], serial: list[dict[str, Any]]) -> dict[str, Any]:
+    """Means over seeds (what conclusions are judged on) and their intervals."""
+    makespan, sp = interval([r["makespan_s"] for r in runs]), interval(speedups(runs, serial))
     return {
-        "makespan_s": float(np.mean([r["makespan_s"] for r in runs])),
-        "speedup": float(np.mean(sp)),
+        "makespan_s": makespan["mean"],
+        "speedup": sp["mean"],
         "bound": float(np.mean([r["mean_concurrency"] for r in runs])),
+        "makespan_interval": makespan,
+        "speedup_interval": sp,
     }
 
 
