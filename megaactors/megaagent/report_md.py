@@ -2,38 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from megaactors.behaviours.megaagent import STAGES
+from megaactors.megaagent.markdown import interval_text, number, table, value_text
 from megaactors.megaagent.paper import MAX_SUBORDINATES, REFERENCE_LOG
+from megaactors.megaagent.report_sections import calibration_section, complexity_section, scenario_sections
 
 __all__ = ["render_markdown"]
-
-
-def _n(x: float | None, digits: int = 0) -> str:
-    if x is None:
-        return "—"
-    if digits:
-        return f"{x:,.{digits}f}"
-    return f"{x:,.0f}" if abs(x) >= 10 or float(x).is_integer() else f"{x:,.2f}"
-
-
-def _value(v: Any) -> str:
-    return "none" if v is None else str(v)
-
-
-def _iv(iv: dict[str, Any], digits: int = 0) -> str:
-    """``mean [lo, hi]`` (just the mean when the interval is a point)."""
-    if iv["lo"] == iv["hi"]:
-        return _n(iv["mean"], digits)
-    return f"{_n(iv['mean'], digits)} [{_n(iv['lo'], digits)}, {_n(iv['hi'], digits)}]"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return [*lines, ""]
 
 
 def _digits(row: dict[str, Any]) -> int:
@@ -44,11 +19,18 @@ def _summary(report: dict[str, Any]) -> list[str]:
     rows = []
     for r in report["summary_rows"]:
         d = _digits(r)
-        paper = "—" if r["paper"] is None else ("> " if r["paper_is_lower_bound"] else "") + _n(r["paper"], d)
+        paper = "—" if r["paper"] is None else ("> " if r["paper_is_lower_bound"] else "") + number(r["paper"], d)
         rows.append(
-            [r["scenario"], r["figure"], f"**{r['basis']}**", paper, _iv(r["simulation"], d), _n(r["ratio"], 2)]
+            [
+                r["scenario"],
+                r["figure"],
+                f"**{r['basis']}**",
+                paper,
+                interval_text(r["simulation"], d),
+                number(r["ratio"], 2),
+            ]
         )
-    return _table(["scenario", "figure", "basis", "paper", "simulation, mean [95 % CI]", "ratio"], rows)
+    return table(["scenario", "figure", "basis", "paper", "simulation, mean [95 % CI]", "ratio"], rows)
 
 
 def _bound(report: dict[str, Any]) -> list[str]:
@@ -68,18 +50,18 @@ def _bound(report: dict[str, Any]) -> list[str]:
         rows.append(
             [
                 name,
-                _iv(b["parallel_makespan_s"]),
-                _iv(b["parallel_busy_s"]),
-                _iv(b["mean_concurrency"], 2),
-                _iv(b["serial_over_parallel_work"], 2),
-                _iv(b["speedup"], 2),
+                interval_text(b["parallel_makespan_s"]),
+                interval_text(b["parallel_busy_s"]),
+                interval_text(b["mean_concurrency"], 2),
+                interval_text(b["serial_over_parallel_work"], 2),
+                interval_text(b["speedup"], 2),
                 ("> " if b["paper_is_lower_bound"] else "") + f"{b['paper_speedup']:.2f}",
-                "—" if b["paper_is_lower_bound"] else _iv(b["needed_extra_serial_s"]),
+                "—" if b["paper_is_lower_bound"] else interval_text(b["needed_extra_serial_s"]),
                 "—" if b["paper_is_lower_bound"] else f"{b['needed_extra_fraction']['mean']:+.0%}",
                 f"{b['needed_mean_concurrency']['mean']:.2f} of {b['paper_agents']}",
             ]
         )
-    lines += _table(
+    lines += table(
         [
             "scenario",
             "parallel makespan T (s)",
@@ -124,7 +106,7 @@ def _mechanisms(report: dict[str, Any]) -> list[str]:
         "",
     ]
     first = next(iter(report["mechanisms"].values()))
-    lines += _table(
+    lines += table(
         ["mechanism", "parameters", "source"],
         [[f"{r['name']}: {r['label']}", r["parameters"], r["source"]] for r in first["rows"]],
     )
@@ -135,11 +117,11 @@ def _mechanisms(report: dict[str, Any]) -> list[str]:
             rows.append(
                 [
                     r["name"],
-                    _iv(res["makespan_s"]),
-                    _iv(res["serial_makespan_s"]),
-                    _iv(res["speedup"], 2),
-                    _iv(res["mean_concurrency"], 2),
-                    _iv(res["llm_calls"]),
+                    interval_text(res["makespan_s"]),
+                    interval_text(res["serial_makespan_s"]),
+                    interval_text(res["speedup"], 2),
+                    interval_text(res["mean_concurrency"], 2),
+                    interval_text(res["llm_calls"]),
                     "yes" if res["speedup_emerges"] else "no",
                     "yes" if res["makespan_emerges"] else "no",
                 ]
@@ -150,7 +132,7 @@ def _mechanisms(report: dict[str, Any]) -> list[str]:
             f"{paper['paper_speedup']:.2f}×)",
             "",
         ]
-        lines += _table(
+        lines += table(
             [
                 "mechanism",
                 "makespan (s)",
@@ -221,9 +203,9 @@ def _sensitivity(report: dict[str, Any]) -> list[str]:
             rows.append(
                 [
                     a["label"],
-                    " / ".join(_value(a[k]) for k in ("low", "base_value", "high")).replace("{", ""),
-                    f"{_iv(a['low']['makespan_interval'])} – {_iv(a['high']['makespan_interval'])}",
-                    f"{_iv(a['low']['speedup_interval'], 2)} – {_iv(a['high']['speedup_interval'], 2)}",
+                    " / ".join(value_text(a[k]) for k in ("low", "base_value", "high")).replace("{", ""),
+                    " – ".join(interval_text(a[end]["makespan_interval"]) for end in ("low", "high")),
+                    " – ".join(interval_text(a[end]["speedup_interval"], 2) for end in ("low", "high")),
                     a["why"],
                 ]
             )
@@ -232,7 +214,7 @@ def _sensitivity(report: dict[str, Any]) -> list[str]:
             f"speed-up {sens['base']['speedup']:.2f}×)",
             "",
         ]
-        lines += _table(
+        lines += table(
             ["assumption", "low / base / high", "makespan (s), low – high", "speed-up, low – high", "range, and why"],
             rows,
         )
@@ -255,166 +237,7 @@ def _sensitivity(report: dict[str, Any]) -> list[str]:
                 ]
             )
     lines += ["Which conclusions survive the plausible range:", ""]
-    lines += _table(["scenario", "conclusion", "at the calibrated point", "at the range's ends", "verdict"], rows)
-    return lines
-
-
-def _scenario_sections(report: dict[str, Any]) -> list[str]:
-    lines: list[str] = []
-    for name, s in report["scenarios"].items():
-        p = s["paper"]
-        lines += [f"## {name}: tokens per stage ({p['table']}; **fitted**)", ""]
-        rows = []
-        for stage in STAGES:
-            ours, theirs = s["stages"][stage], p["stages"][stage]
-            w = s["stage_windows"][stage]
-            rows.append(
-                [
-                    stage.replace("_", " "),
-                    _n(theirs["tokens_in"]),
-                    _n(ours["tokens_in"]),
-                    _n(ours["tokens_in"] / theirs["tokens_in"], 2),
-                    _n(theirs["tokens_out"]),
-                    _n(ours["tokens_out"]),
-                    f"{theirs['window_s'][0]:,}–{theirs['window_s'][1]:,}",
-                    f"{_iv(w['start'])} – {_iv(w['end'])}",
-                ]
-            )
-        lines += _table(
-            [
-                "stage",
-                "paper in",
-                "sim in",
-                "ratio",
-                "paper out",
-                "sim out",
-                "paper window (s)",
-                "sim window (s, **emergent**)",
-            ],
-            rows,
-        )
-        lines += [f"## {name}: ablations ({p['ablation_table']}; makespans **emergent**)", ""]
-        rows = []
-        for variant, a in s["ablations"].items():
-            bound = "> " if a["paper_is_lower_bound"] else ""
-            remark = f" ({a['paper_remark']})" if a["paper_remark"] and a["paper_agents"] else ""
-            rows.append(
-                [
-                    variant.replace("_", " "),
-                    bound + _n(a["paper_agents"]),
-                    bound + _n(a["paper_makespan_s"]) + remark,
-                    _iv(a["agents"]),
-                    _iv(a["makespan_s"]),
-                    _iv(a["llm_calls"]),
-                    _iv(a["cost_usd"], 2),
-                    _iv(a["retries"]),
-                ]
-            )
-        lines += _table(
-            [
-                "variant",
-                "paper agents",
-                "paper time (s)",
-                "sim agents (input)",
-                "sim makespan (s)",
-                "sim LLM calls",
-                "sim cost ($)",
-                "sim retries",
-            ],
-            rows,
-        )
-        lines += [
-            "Ablation agent counts are the paper's (its tables report them as outcomes of its runs; here they are "
-            "inputs), except w/o parallelism, which runs the full scenario with one agent Processing at a time.",
-            "",
-        ]
-    return lines
-
-
-def _complexity(report: dict[str, Any]) -> list[str]:
-    c = report["complexity"]
-    lines = [
-        "## Complexity: makespan versus N (§3.4)",
-        "",
-        f"Claim: {c['claim']}.",
-        "",
-        f"The {c['base_scenario']} scenario's latency, tokens and monitoring; {c['per_agent_work']}; seeds "
-        f"{c['seeds'][0]}–{c['seeds'][-1]}. Balanced trees with fan-outs {c['grid']['main_fanout']} (parallel, serial, "
-        f"and parallel with the global git mutex) and {', '.join(map(str, c['grid']['other_fanouts']))}; and the "
-        "paper's regime, three levels whose fan-out grows with N. Every curve is fitted with tree depth, log N, √N, "
-        "N and a power law; ΔAIC and ΔBIC are against the best model (0: best; above 10: no support).",
-        "",
-    ]
-    rows = []
-    for key, entry in c["curves"].items():
-        models = entry.get("models")
-        if not models:
-            continue
-        m = models["models"]
-        pts = entry["points"]
-        rows.append(
-            [
-                key,
-                f"{pts[0]['agents']:,}–{pts[-1]['agents']:,}",
-                *[
-                    f"{m[k]['delta_aic']:.0f} / {m[k]['delta_bic']:.0f}"
-                    for k in ("depth", "log", "sqrt", "linear", "power")
-                ],
-                f"{m['power']['b']:.2f} ± {m['power']['b_stderr']:.2f}",
-                models["best_aic"],
-            ]
-        )
-    lines += _table(
-        ["curve", "N", "depth ΔAIC/ΔBIC", "log N", "√N", "N", "power", "power exponent", "best (AIC)"], rows
-    )
-    main = c["curves"].get(f"fanout{c['grid']['main_fanout']}/parallel", {})
-    rows = []
-    for p in main.get("points", []):
-        n = p["agents"]
-        cells = [f"{n:,}", p["levels"], _iv(p["makespan_s"])]
-        for curve in ("serial", "parallel_git_lock"):
-            other = c["curves"].get(f"fanout{c['grid']['main_fanout']}/{curve}", {}).get("points", [])
-            match = [q for q in other if q["agents"] == n]
-            cells.append(_iv(match[0]["makespan_s"]) if match else "—")
-        rows.append(cells)
-    lines += _table(["N", "levels", "parallel (s)", "serial (s)", "parallel with git mutex (s)"], rows)
-    three = c["curves"].get("three_levels")
-    verdict = "holds" if c["claim_holds_for_balanced_trees"] else "does not hold"
-    lines += [
-        f"Verdict (emergent): for balanced trees the claim **{verdict}** in the simulation: the parallel curves are "
-        f"best fitted by {'tree depth or log N' if c['parallel_curves_log_like'] else 'other laws'} "
-        f"({', '.join(c['parallel_curves_log_like']) or 'none'}) and the serial one grows like N. This is largely "
-        "built in: with a bounded fan-out and unlimited concurrency, the makespan is the critical path down and up "
-        "the tree, so it follows the tree's depth, a step function of log N.",
-        "",
-    ]
-    if three:
-        t = three["models"]["models"]
-        pts = three["points"]
-        lines += [
-            f"In the paper's own regime, three fixed levels whose fan-out grows as √N (N = {pts[0]['agents']:,}–"
-            f"{pts[-1]['agents']:,}), depth is constant and cannot explain anything; the makespan goes from "
-            f"{_iv(pts[0]['makespan_s'])} s to {_iv(pts[-1]['makespan_s'])} s and the best model is "
-            f"**{c['three_levels_best']}** (power exponent {t['power']['b']:.2f} ± {t['power']['b_stderr']:.2f}; "
-            f"ΔAIC of log N {t['log']['delta_aic']:.0f}, √N {t['sqrt']['delta_aic']:.0f}, "
-            f"N {t['linear']['delta_aic']:.0f}). "
-            "What grows here is one admin's load: the slowest of more workers (latency and retries), and reviews "
-            "that cover more deliveries (longer prompts, and with prefill longer calls). The paper's 590-agent run "
-            "(three levels) sits in this regime, where the O(log n) argument, which needs a bounded fan-out, does not "
-            "apply; that the growth still looks logarithmic here is a property of maxima of many latencies, not of "
-            "the hierarchy.",
-            "",
-        ]
-    cross = c["git_mutex_doubles_makespan_from_agents"]
-    lines += [
-        "The git-mutex curve is the one result not built in: one lock that every agent's writes take makes the run "
-        "linear in N whatever the hierarchy"
-        + (f"; it at least doubles the parallel makespan from N = {cross:,} on" if cross else "")
-        + ". MegaAgent's shared storage, not its communication, sets its scaling.",
-        "",
-        f"![Makespan versus N]({report['figures']['complexity']})",
-        "",
-    ]
+    lines += table(["scenario", "conclusion", "at the calibrated point", "at the range's ends", "verdict"], rows)
     return lines
 
 
@@ -444,7 +267,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += _mechanisms(report)
     lines += _latency(report)
     lines += _sensitivity(report)
-    lines += _scenario_sections(report)
+    lines += scenario_sections(report)
     lines += [
         f"![Stage windows]({report['figures']['gantt']})",
         "",
@@ -457,10 +280,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"![Gobang timeline]({report['figures']['timeline']})",
         "",
     ]
-    lines += _complexity(report)
+    lines += complexity_section(report)
     lines += ["## Paper inconsistencies", ""]
     lines += [f"- **{i['title']}**: {i['detail']}" for i in report["inconsistencies"]]
-    lines += _calibration(report)
+    lines += calibration_section(report)
     lines += ["", "## Assumptions", ""]
     for name, s in report["scenarios"].items():
         lines += [f"**{name}**", "", *[f"- {a}" for a in s["assumptions"]], ""]
@@ -481,34 +304,3 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def _calibration(report: dict[str, Any]) -> list[str]:
-    lines = [
-        "",
-        "## How the token model is calibrated",
-        "",
-        "For each scenario, with its seed: (1) the worker's loop length is the smallest whose run makes at least as "
-        f"many LLM calls as the paper's input tokens divided by the reference log's mean prompt "
-        f"({report['reference_prompt_tokens']:,.0f} tokens = {REFERENCE_LOG['tokens_in']:,} / "
-        f"{REFERENCE_LOG['llm_calls']} calls), or the one just below if closer; (2) each stage's output tokens per "
-        "call are the paper's output tokens of the stage over the stage's calls, repeated until the call counts are "
-        "stable; (3) each stage's input tokens are an affine function of the three per-stage prompt sizes; four "
-        "runs measure it, a 3×3 solve gives the prompt sizes and up to three correction passes remove what prefill "
-        "latency moved. Result:",
-        "",
-    ]
-    rows = []
-    for name, s in report["scenarios"].items():
-        for stage in STAGES:
-            pc = s["calibration"]["per_call"][stage]
-            rows.append([name, stage.replace("_", " "), _n(pc["new_tokens"]), _n(pc["output_tokens"])])
-    lines += _table(["scenario", "stage", "prompt tokens per call", "output tokens per call"], rows)
-    for name, s in report["scenarios"].items():
-        cal = s["calibration"]
-        lines.append(
-            f"- {name}: a worker loop of {cal['task_calls']} LLM call(s) per task; the runs make "
-            f"{s['summary']['llm_calls']:,.0f} calls on average against a target of {cal['target_llm_calls']:,}; "
-            f"{cal['runs']} calibration runs." + "".join(f" Note: {n}." for n in cal["notes"])
-        )
-    return lines
