@@ -101,6 +101,11 @@ def test_the_reference_log_is_measured_call_by_call(tmp_path: Path) -> None:
     assert stats["tools"]["write_file"]["min_s"] == 1.0
     with pytest.raises(FileNotFoundError, match=r"holds no log\.txt"):
         analyse(tmp_path / "logs")
+    cli = [sys.executable, "-m", "megaactors.megaagent.reference_log"]
+    done = subprocess.run([*cli, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and json.loads(done.stdout)["write_conflicts"] == 1
+    bad = subprocess.run([*cli, str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "holds no log.txt" in bad.stderr
 
 
 # ---------------------------------------------------------------------- records

@@ -186,7 +186,22 @@ def _cluster(times: list[int], gap: int = 30) -> list[list[int]]:
     return groups
 
 
+def main(argv: list[str]) -> int:
+    """``python -m megaactors.megaagent.reference_log DIR``: the figures as JSON (exit 2 on bad input)."""
+    if len(argv) != 1:
+        print(
+            "usage: python -m megaactors.megaagent.reference_log DIR  (a checkout holding log.txt and logs/)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        stats = analyse(argv[0])
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(stats, indent=1))
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m megaactors.megaagent.reference_log DIR  (a checkout holding log.txt and logs/)")
-    print(json.dumps(analyse(sys.argv[1]), indent=1))
+    sys.exit(main(sys.argv[1:]))
