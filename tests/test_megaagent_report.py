@@ -112,7 +112,7 @@ def test_the_reference_log_is_measured_call_by_call(tmp_path: Path) -> None:
 
 
 def _run(makespan: float, busy: float) -> dict:
-    return {"makespan_s": makespan, "busy_s": busy, "mean_concurrency": busy / makespan}
+    return {"makespan_s": makespan, "busy_s": busy, "mean_concurrency": busy / makespan, "batches": 10}
 
 
 def test_the_bound_and_the_missing_work_follow_from_busy_time() -> None:
@@ -123,6 +123,7 @@ def test_the_bound_and_the_missing_work_follow_from_busy_time() -> None:
     s = b["paper_speedup"]
     assert b["needed_extra_serial_s"]["mean"] == pytest.approx(s * 110 - 300, rel=1e-3)
     assert b["needed_mean_concurrency"]["mean"] == pytest.approx(s, rel=1e-3)
+    assert b["needed_idle_per_batch_s"]["mean"] == pytest.approx((s * 110 - 300) / 10, rel=1e-3)
 
 
 def test_verdicts_come_from_emergent_rows_only() -> None:

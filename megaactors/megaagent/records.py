@@ -46,6 +46,7 @@ _KEEP = (
     "conflicts",
     "peak_llm_in_flight",
     "mean_prompt_tokens",
+    "batches",
 )
 
 
@@ -107,6 +108,8 @@ def bound_record(name: str, full: list[dict[str, Any]], serial: list[dict[str, A
         "needed_extra_serial_s": interval(need_extra),
         "needed_extra_fraction": interval([e / s["busy_s"] for e, s in zip(need_extra, serial, strict=True)]),
         "needed_mean_concurrency": interval(need_conc),
+        "needed_idle_per_batch_s": interval([e / s["batches"] for e, s in zip(need_extra, serial, strict=True)]),
+        "serial_batches": _iv(serial, "batches"),
         "reference_log": {
             "busy_s": round(REFERENCE_LOG["llm_busy_s"] + REFERENCE_LOG["tool_busy_s"], 1),
             "makespan_s": REFERENCE_LOG["makespan_s"],

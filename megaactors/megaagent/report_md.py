@@ -86,7 +86,9 @@ def _bound(report: dict[str, Any]) -> list[str]:
             f"{log['busy_s']:,.0f} s ({log['mean_concurrency']:.1f}× longer); {g['paper_speedup']:.1f}× would need "
             f"{log['needed_serial_s']:,.0f} s, {log['needed_serial_s'] / log['busy_s']:.1f}× its busy time. For "
             f"Gobang the simulation's serial run would have to do {g['needed_extra_fraction']['mean']:.0%} more work "
-            "(or sit idle that long), or its 7 agents would have to be busy "
+            f"(or sit idle that long: {g['needed_idle_per_batch_s']['mean']:.0f} s before each of its "
+            f"{g['serial_batches']['mean']:.0f} batches, as if idle agents polled every "
+            f"{2 * g['needed_idle_per_batch_s']['mean']:.0f} s), or its 7 agents would have to be busy "
             f"{g['needed_mean_concurrency']['mean'] / g['paper_agents']:.0%} of the time in parallel. Where the "
             "policy run's speed-up exceeds its mean concurrency, its serial run does less work than the parallel "
             "one (larger batches: fewer LLM calls).",

@@ -198,6 +198,7 @@ def measure(result: RunResult) -> dict[str, Any]:
         if led.virtual_time_s
         else 0.0,
         "conflicts": sum(s["conflicts"] for s in result.states),
+        "batches": sum(led.per_agent["batches"]),
         "peak_llm_in_flight": led.peak_llm_in_flight,
         "stages": stages,
     }
