@@ -29,6 +29,7 @@ TINY_GRID = ComplexityGrid(
     agents=(10, 30, 100, 300),
     other_fanouts=(3,),
     other_max_agents=100,
+    serial_max_agents=100,
     linear_max_agents=100,
     three_level_fanouts=(3, 5, 8),
 )

@@ -39,7 +39,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--other-fanouts",
         default="3,10",
-        help="comma-separated fan-outs also swept in parallel, up to N = 3,000 (default %(default)s; '' for none)",
+        help="comma-separated fan-outs also swept in parallel, up to N = 1,000 (default %(default)s; '' for none)",
     )
     p.add_argument(
         "--three-level-fanouts",

@@ -52,10 +52,12 @@ class ComplexityGrid:
     agents: tuple[int, ...] = DEFAULT_AGENTS
     main_fanout: int = 5
     other_fanouts: tuple[int, ...] = (3, 10)
-    other_max_agents: int = 3_000
+    other_max_agents: int = 1_000
     """Largest N of the other fan-outs' curves."""
+    serial_max_agents: int = 1_000
+    """Largest N of the serial curve (one agent at a time: its makespan is the work, linear in N)."""
     linear_max_agents: int = 3_000
-    """Largest N of the serial and git-mutex curves (linear by construction beyond)."""
+    """Largest N of the git-mutex curve."""
     three_level_fanouts: tuple[int, ...] = THREE_LEVEL_FANOUTS
 
 
@@ -90,8 +92,9 @@ def complexity_tasks(base: Scenario, grid: ComplexityGrid, seeds: Sequence[int])
     """Every run of the grid as a task for :func:`~megaactors.megaagent.pool.run_tasks`."""
     specs: list[tuple[str, int, int, str]] = []
     for n in grid.agents:
+        limits = {"parallel": n, "serial": grid.serial_max_agents, "parallel_git_lock": grid.linear_max_agents}
         for curve in CURVES:
-            if curve == "parallel" or n <= grid.linear_max_agents:
+            if n <= limits[curve]:
                 specs.append(("balanced", grid.main_fanout, n, curve))
         for f in grid.other_fanouts:
             if n <= grid.other_max_agents:
