@@ -225,11 +225,11 @@ def test_command_line_rejects_bad_input_in_one_line(tmp_path: Path) -> None:
     for bad, message in [
         (["--agents", "10,100"], "at least three distinct values"),
         (["--agents", "10,x,100"], "--agents must be comma-separated integers"),
-        (["--fanout", "1", "--agents", "10,30,100"], "--fanout must be >= 2"),
+        (["--fanout", "1", "--agents", "10,30,100"], "fanout must be an integer >= 2"),
         (["--other-fanouts", "1"], "--other-fanouts values must be >= 2"),
-        (["--workers", "0"], "--workers must be >= 1"),
+        (["--workers", "0"], "workers must be an integer >= 1"),
         (["--three-level-fanouts", "3,5"], "--three-level-fanouts needs none or at least three"),
-        (["--seeds", "0"], "--seeds must be >= 1"),
+        (["--seeds", "0"], "seeds must be an integer >= 1"),
     ]:
         proc = megaactors("reproduce", "section3", "--out", str(tmp_path / "bad"), *bad)
         assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr

@@ -8,12 +8,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from megaactors.cli.common import CommandError
+from megaactors.cli.common import CommandError, add_param
 from megaactors.megaagent.complexity import DEFAULT_AGENTS, THREE_LEVEL_FANOUTS, ComplexityGrid
+from megaactors.validation import Param
 
 __all__ = ["parse_agents", "register"]
 
 TARGETS = ("section3",)
+SEED = Param("seed", int, "first seed, and the calibration's", minimum=0, maximum=2**31 - 1)
+SEEDS = Param("seeds", int, "seeds behind every interval", minimum=1, maximum=1000)
+FANOUT = Param("fanout", int, "main fan-out of the complexity sweep's trees", minimum=2, maximum=10_000)
+WORKERS = Param("workers", int, "worker processes for the runs (default: 2, or 1 on one core)", minimum=1, maximum=256)
 
 
 def register(sub: Any) -> None:
@@ -26,16 +31,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("target", choices=TARGETS, help="what to reproduce")
     p.add_argument("--out", required=True, help="output directory (created if missing)")
-    p.add_argument("--seed", type=int, default=1, help="first seed, and the calibration's (default %(default)s)")
-    p.add_argument("--seeds", type=int, default=5, help="seeds behind every interval (default %(default)s)")
+    add_param(p, SEED, default=1)
+    add_param(p, SEEDS, default=5)
     p.add_argument(
         "--agents",
         default=",".join(map(str, DEFAULT_AGENTS)),
         help="comma-separated N values of the complexity sweep's main fan-out (default %(default)s)",
     )
-    p.add_argument(
-        "--fanout", type=int, default=5, help="main fan-out of the complexity sweep's trees (default %(default)s)"
-    )
+    add_param(p, FANOUT, default=5)
     p.add_argument(
         "--other-fanouts",
         default="3,10",
@@ -46,9 +49,7 @@ def register(sub: Any) -> None:
         default=",".join(map(str, THREE_LEVEL_FANOUTS)),
         help="fan-outs f of the three-level sweep, N = 1 + f + f² (default %(default)s; '' for none)",
     )
-    p.add_argument(
-        "--workers", type=int, default=None, help="worker processes for the runs (default: 2, or 1 on one core)"
-    )
+    add_param(p, WORKERS)
     p.add_argument("--quiet", action="store_true", help="print only where the report is")
     p.set_defaults(handler=handle)
 
@@ -74,10 +75,6 @@ def _integers(flag: str, text: str) -> list[int]:
 
 def handle(args: argparse.Namespace) -> int:
     agents = parse_agents(args.agents)
-    if args.seed < 0:
-        raise CommandError(f"--seed must be >= 0, got {args.seed}")
-    if args.fanout < 2:
-        raise CommandError(f"--fanout must be >= 2, got {args.fanout}")
     others = _integers("--other-fanouts", args.other_fanouts)
     if any(f < 2 for f in others):
         raise CommandError(f"--other-fanouts values must be >= 2, got {args.other_fanouts!r}")
@@ -86,10 +83,6 @@ def handle(args: argparse.Namespace) -> int:
         raise CommandError(
             f"--three-level-fanouts needs none or at least three distinct values >= 1, got {args.three_level_fanouts!r}"
         )
-    if args.seeds < 1:
-        raise CommandError(f"--seeds must be >= 1, got {args.seeds}")
-    if args.workers is not None and args.workers < 1:
-        raise CommandError(f"--workers must be >= 1, got {args.workers}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CommandError(f"--out {out} exists and is not a directory")
