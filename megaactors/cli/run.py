@@ -7,44 +7,43 @@ import inspect
 import json
 from typing import Any
 
-from megaactors.cli.common import CommandError, add_run_options, spec_from_args
-from megaactors.cli.durable_common import add_durable_options, run_checkpointed
-from megaactors.experiments.spec import ParameterError
+from megaactors.cli.common import add_param, add_run_options, spec_from_args
+from megaactors.cli.durable_common import add_durable_options, check_budget, run_checkpointed
 from megaactors.runtime import RUNTIMES
+from megaactors.validation import Param
 
-__all__ = ["format_summary", "register"]
+__all__ = ["TIME_SCALE", "format_summary", "register"]
+
+TIME_SCALE = Param(
+    "time_scale",
+    float,
+    "live runtimes: wall seconds per virtual second (default: the runtime's)",
+    minimum=0,
+    above_minimum=True,
+    maximum=1e6,
+)
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("run", help="run a chat round on an organisation and report its cost")
     add_run_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument(
-        "--time-scale",
-        type=float,
-        default=None,
-        help="live runtimes: wall seconds per virtual second (default: the runtime's)",
-    )
+    add_param(p, TIME_SCALE)
     add_durable_options(p, with_store=True)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
+    check_budget(args, [spec])
     if args.db or args.run_id:
         summary = run_checkpointed(args, spec)
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
     options: dict[str, Any] = {}
-    if args.time_scale is not None:
-        if not 0 < args.time_scale < float("inf"):
-            raise CommandError(f"time scale must be a finite number > 0, got {args.time_scale}")
-        if "time_scale" in inspect.signature(RUNTIMES[spec.runtime]).parameters:
-            options["time_scale"] = args.time_scale
-    try:
-        summary = spec.execute(**options).summary()
-    except ParameterError as exc:
-        raise CommandError(str(exc)) from exc
+    if args.time_scale is not None and "time_scale" in inspect.signature(RUNTIMES[spec.runtime]).parameters:
+        options["time_scale"] = args.time_scale
+    summary = spec.execute(**options).summary()
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     return 0
 
