@@ -46,7 +46,10 @@ print(json.dumps({
 
 
 def measure(kind: str, n: int) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-c", _CHILD, kind, str(n)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", _CHILD, kind, str(n)], capture_output=True, text=True)
+    if out.returncode:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"the {kind} run of {n:,} agents failed (exit {out.returncode}): {last}")
     row = json.loads(out.stdout)
     row["us_per_call"] = row["run_s"] / row["llm_calls"] * 1e6
     row["msgs_per_s"] = row["messages"] / row["run_s"]
