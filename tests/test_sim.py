@@ -242,9 +242,9 @@ def test_queue_state_rebuilt_from_heads_and_live_packets_continues_the_run_exact
     rt.start()
     rt.advance(2.2)
     n = len(rt.agents)
-    heads, live = [rt.queue_head(a) for a in range(n)], rt.queued_packets()
+    heads, live = [rt.mail.head(a) for a in range(n)], rt.mail.live()
     queued = list(map(rt.queued, range(n)))
     assert sum(queued) > 0 and any(h >= 0 for h in heads)
-    rt.refill_queues(heads, [live[i] for i in sorted(live)])
-    assert [rt.queue_head(a) for a in range(n)] == heads and list(map(rt.queued, range(n))) == queued
+    rt.mail.refill([live[i] for i in sorted(live)], heads)
+    assert [rt.mail.head(a) for a in range(n)] == heads and list(map(rt.queued, range(n))) == queued
     assert summary(rt.run()) == reference

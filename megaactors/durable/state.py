@@ -63,8 +63,6 @@ _RECIPIENTS = attrgetter("recipients")
 _SENDER = attrgetter("sender")
 _CHANNEL = attrgetter("channel")
 _MEMORY = attrgetter("memory")
-_INBOX = attrgetter("inbox")
-_FIRST_ID = attrgetter("first_id")
 _FIRST = itemgetter(0)
 _SECOND = itemgetter(1)
 _THIRD = itemgetter(2)
@@ -375,7 +373,7 @@ class DurableSim(SimRuntime):
     def full(self) -> dict[str, Any]:
         """The whole state between two super-steps; later deltas are relative to it."""
         agents = self.agents
-        live = self.queued_packets()
+        live = self.mail.live()
         out = self._common()
         out.update(
             kind="full",
@@ -428,7 +426,7 @@ class DurableSim(SimRuntime):
         filled &= (heads == -1) & (awake == 1) & ~changed
         del heads
         candidates = np.flatnonzero(filled).tolist()
-        found = list(map(self.queue_head, candidates))
+        found = list(map(self.mail.head, candidates))
         head_ids = [a for a, h in zip(candidates, found, strict=True) if h >= 0]
         head_values = [h for h in found if h >= 0]
         np.frombuffer(shadow, dtype=np.int64)[head_ids] = head_values
@@ -474,7 +472,7 @@ class DurableSim(SimRuntime):
         return {**self.ledger.per_agent, "cost": self.ledger.cost_per_agent}
 
     def _heads(self) -> array[int]:
-        return array("q", map(self.queue_head, range(len(self.agents))))
+        return array("q", map(self.mail.head, range(len(self.agents))))
 
     def _trace_rows(self, start: tuple[int, int]) -> list[bytes] | None:
         """Trace rows from ``start`` = (transitions, batches) on."""
@@ -541,7 +539,7 @@ class DurableSim(SimRuntime):
                     other[i] = [3, _encode_call(p.call), p.requested, p.started, *running]
                 else:
                     other[i] = [1, *_encode_request(p)]
-        heads = np.fromiter(map(self.queue_head, ids), dtype=np.int64, count=len(ids))
+        heads = np.fromiter(map(self.mail.head, ids), dtype=np.int64, count=len(ids))
         return {
             "ids": array("q", ids).tobytes(),
             "heads": heads.tobytes(),
@@ -613,7 +611,7 @@ class DurableSim(SimRuntime):
             self.start()
             if base["n"] != len(self.agents):
                 raise StateError(f"the genesis has {base['n']} agents but these parameters build {len(self.agents)}")
-            packets.update(self.queued_packets())
+            packets.update(self.mail.live())
             heads = self._heads()
             flight.update(self._flights())
             self.started = False
@@ -758,7 +756,7 @@ class DurableSim(SimRuntime):
         led._stages = {k: list(v) for k, v in ls["stages"].items()}
 
     def _fill_inboxes(self, heads: array[int], packets: dict[int, Packet]) -> None:
-        self.refill_queues(heads, [packets[i] for i in sorted(packets)])
+        self.mail.refill([packets[i] for i in sorted(packets)], heads)
         for aid, head in enumerate(heads):
-            if head >= 0 and self.queue_head(aid) != head:
+            if head >= 0 and self.mail.head(aid) != head:
                 raise StateError(f"agent {aid}: its queued packet {head} is missing from the snapshot")

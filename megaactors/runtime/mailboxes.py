@@ -252,7 +252,7 @@ class Mailboxes:
         for inbox in inboxes:
             inbox.clear()
         self.group_logs, self.admin_log = {}, ChannelLog(complete=self._all_local(org.admins))
-        self.reads = [()] * org.n
+        self.reads[:] = [()] * org.n  # in place: a runtime may hold on to the list
         self.dirty = set()
         self._admins_open = False
         if not self.lazy:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any
 
@@ -35,7 +35,7 @@ from megaactors.core.behaviour import (
 )
 from megaactors.core.ledger import Ledger
 from megaactors.core.llm import SimulatedLLM
-from megaactors.core.messages import Batch, Packet
+from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
 from megaactors.core.trace import Trace
 from megaactors.runtime.events import EventQueue
@@ -92,12 +92,11 @@ class SimRuntime:
         self._inboxes = [a.inbox for a in self.agents]
         self._awake = bytearray(org.n)
         """1 while an agent is busy or queued to run: a delivery need not wake it."""
-        self._mail = Mailboxes(org, self._inboxes, lazy=True)
-        """In-queues: a broadcast to a group or to the admins is one entry in that
-        channel's shared log (delivery costs the same whatever the group's size, and
-        a batch's packets are only listed if its behaviour looks at them); any other
-        send is a packet reference in each recipient's ``inbox``."""
-        self._reads = self._mail.reads
+        self.mail = Mailboxes(org, self._inboxes, lazy=True)
+        """The in-queues: a broadcast is one entry in its channel's shared log, any
+        other send a packet reference in each recipient's ``inbox`` (their state:
+        ``mail.head``, ``mail.live``, ``mail.refill``)."""
+        self._reads = self.mail.reads
         self.ledger = Ledger(org.n)
         self.trace: Trace | None = Trace() if trace else None
         self.now = 0.0
@@ -220,23 +219,8 @@ class SimRuntime:
         )
 
     def queued(self, agent: int) -> int:
-        """How many messages wait in the in-queues of agent ``agent``."""
-        return self._mail.queued(agent)
-
-    def queue_head(self, agent: int) -> int:
-        """``first_id`` of the first packet waiting for agent ``agent`` (-1: none);
-        every packet addressed to it from that one on waits for it too."""
-        return self._mail.head(agent)
-
-    def queued_packets(self) -> dict[int, Packet]:
-        """Every packet some agent has yet to read, by ``first_id``."""
-        return self._mail.live()
-
-    def refill_queues(self, heads: Sequence[int], packets: Iterable[Packet]) -> None:
-        """Rebuild every in-queue from the packets some agent had yet to read (in id
-        order) and each agent's :meth:`queue_head` (-1: an empty queue)."""
-        self._mail.refill(packets, heads)
-        self._reads = self._mail.reads
+        """How many messages wait for ``agent``."""
+        return self.mail.queued(agent)
 
     def _ctx(self, a: Agent) -> AgentContext:
         return AgentContext(a.id, self.org, self.now, self._recruited.pop(a.id, ()) if self._recruited else ())
@@ -262,7 +246,7 @@ class SimRuntime:
             wake(agents[ready.popleft()])
 
     def _wake(self, a: Agent) -> None:
-        if a.pending is None and not self._mail.pending(a.id):
+        if a.pending is None and not self.mail.pending(a.id):
             self._awake[a.id] = 0
             return
         if self.serial:
@@ -291,7 +275,7 @@ class SimRuntime:
             self._apply(a, self._start_effects.pop(a.id))
             return
         if self._reads[a.id]:  # it reads a channel log: nothing done per message here
-            count, copy_bytes, parts = self._mail.take_later(a.id)
+            count, copy_bytes, parts = self.mail.take_later(a.id)
             batch = Batch.deferred(a.id, count, gather, parts)
             nbytes = self.postman.account_batch(a.id, count, copy_bytes)
         else:  # Agent.take_batch, inlined: the in-queue list itself lives as long as the agent
@@ -337,9 +321,9 @@ class SimRuntime:
             self.agents.append(agent)
             self._inboxes.append(agent.inbox)
             self._awake.append(0)
-            self._mail.subscribe(rid)
+            self.mail.subscribe(rid)
             new.append(rid)
-        self._mail.subscribe(a.id)  # it may administer a new group
+        self.mail.subscribe(a.id)  # it may administer a new group
         self.ledger.grow(self.org.n)
         self._recruited.setdefault(a.id, []).extend(new)
 
@@ -449,13 +433,18 @@ class SimRuntime:
         if a.outbox:
             self._deliver(a)
         if not a.inbox:
-            # Mailboxes.pending, inlined: is anything unread in the logs it reads?
             aid = a.id
-            for log in self._reads[aid]:
+            for log in self._reads[aid]:  # Mailboxes.pending, inlined: anything unread?
                 if log.cursors[aid] < log.end:
                     break
             else:
-                self._idle(a)
+                if trace is None:
+                    a.state = IDLE  # from RESPONSE, set just above: legal
+                else:
+                    a.transition(IDLE, now, trace)
+                self._awake[aid] = 0
+                if self.serial:
+                    self._release(a)
                 return
         if self.serial and self._serial_waiting:
             a.transition(IDLE, now, trace)
@@ -463,17 +452,6 @@ class SimRuntime:
             self._release(a)
             return
         self._process(a, ctx)
-
-    def _idle(self, a: Agent) -> None:
-        """Response -> Idle: nothing is left to read."""
-        trace = self.trace
-        if trace is None:
-            a.state = IDLE  # from RESPONSE: legal
-        else:
-            a.transition(IDLE, self.now, trace)
-        self._awake[a.id] = 0
-        if self.serial:
-            self._release(a)
 
     def _release(self, a: Agent) -> None:
         if self._holder is a:
@@ -486,11 +464,10 @@ class SimRuntime:
     # ------------------------------------------------------------------ delivery (the hot loop)
 
     def _deliver(self, a: Agent) -> None:
-        """Flush the out-queue: a broadcast into its channel log(s), any other send as
-        a reference to each packet in each recipient's in-queue (appended at C
-        speed); then wake the recipients that were Idle, in recipient order."""
+        """Flush the out-queue: a broadcast into its channel log(s), any other send as a
+        reference appended to each recipient's in-queue; wake the Idle ones in order."""
         postman, now, sender = self.postman, self.now, a.id
-        stamp, share = postman.stamp, self._mail.share
+        stamp, share = postman.stamp, self.mail.share
         inboxes, awake = self._inboxes, self._awake
         is_awake = awake.__getitem__
         for send in a.outbox:
