@@ -35,7 +35,7 @@ from megaactors.runtime.sim_state import START, SimState, ToolInFlight
 
 __all__ = ["encode_agent_rows", "load_agent_rows"]
 
-_AGENT = tuple(map(attrgetter, ("phase", "data", "batch_tokens", "pending", "outbox", "inbox")))
+_AGENT = tuple(map(attrgetter, ("phase", "data", "batch_tokens", "pending", "outbox")))
 _MEMORY = attrgetter("memory")
 _FIRST_ID = attrgetter("first_id")
 _FIRST = itemgetter(0)
@@ -59,7 +59,7 @@ def _event_positions(state: SimState) -> tuple[list[tuple[float, int, int]], np.
 def encode_agent_rows(state: SimState, ids: list[int], memory_kinds: np.ndarray | None) -> dict[str, Any]:
     """The records of agents ``ids`` by column (memory ``kinds`` None: all in full)."""
     chosen = list(map(state.agents.__getitem__, ids))
-    phase, data, batch_tokens, pending, outbox, inbox = (list(map(get, chosen)) for get in _AGENT)
+    phase, data, batch_tokens, pending, outbox = (list(map(get, chosen)) for get in _AGENT)
     memory: list[Any]
     if memory_kinds is None:
         memory = [None, list(map(_MEMORY, chosen))]
@@ -84,9 +84,7 @@ def encode_agent_rows(state: SimState, ids: list[int], memory_kinds: np.ndarray 
                 other[i] = [3, encode_call(p.call), p.requested, p.started, *running]
             else:
                 other[i] = [1, *encode_request(p)]
-    heads = np.full(len(ids), -1, dtype=np.int64)
-    queued = list(compress(range(len(ids)), inbox))
-    heads[queued] = list(map(_FIRST_ID, map(_FIRST, map(inbox.__getitem__, queued))))
+    heads = np.fromiter(map(state.mail.head, ids), dtype=np.int64, count=len(ids))
     return {
         "ids": array("q", ids).tobytes(),
         "heads": heads.tobytes(),

@@ -19,7 +19,9 @@ snapshot, its observer and its public methods.
 In-queues are not stored message by message. The simulation delivers packets in
 message-id order and an agent always takes its whole in-queue, so an in-queue is
 "every stored packet addressed to the agent from its first queued packet on": a
-snapshot keeps the live packets once and one integer (the head) per agent.
+snapshot keeps the live packets once and one integer (the head) per agent
+(``mail.live()``, ``mail.head()``; ``mail.refill()`` rebuilds the in-queues and the
+channel logs from them).
 
 Agent records (:mod:`megaactors.durable.agent_rows`), packets and ledger rows
 (:mod:`megaactors.durable.state_codec`) are stored by column, so that capturing them
@@ -31,7 +33,7 @@ dicts. A behaviour's state must be msgpack-serializable (tuples come back as lis
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from itertools import chain, compress
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -145,8 +147,9 @@ def _ledger_columns(state: SimState) -> dict[str, array[Any]]:
     return {**state.ledger.per_agent, "cost": state.ledger.cost_per_agent}
 
 
-def _heads_of(agents: Iterable[Any]) -> array[int]:
-    return array("q", [a.inbox[0].first_id if a.inbox else -1 for a in agents])
+def _heads(state: SimState) -> array[int]:
+    """The id of the first message waiting for each agent (-1: none)."""
+    return array("q", map(state.mail.head, range(len(state.agents))))
 
 
 class DurableSim(SimRuntime):
@@ -188,10 +191,7 @@ class DurableSim(SimRuntime):
         """The whole state between two super-steps; later deltas are relative to it."""
         state = self.snapshot()
         agents = state.agents
-        live: dict[int, Packet] = {}
-        for a in agents:
-            for p in a.inbox:
-                live[p.first_id] = p
+        live = state.mail.live()
         out = self._common(state)
         out.update(
             kind="full",
@@ -244,10 +244,10 @@ class DurableSim(SimRuntime):
         filled[receivers] = True
         filled &= (heads == -1) & (awake == 1) & ~changed
         del heads
-        head_ids = np.flatnonzero(filled).tolist()
-        inboxes = list(map(_INBOX, map(agents.__getitem__, head_ids)))
-        head_ids = list(compress(head_ids, inboxes))
-        head_values = list(map(_FIRST_ID, map(_FIRST, compress(inboxes, inboxes))))
+        candidates = np.flatnonzero(filled).tolist()
+        found = list(map(state.mail.head, candidates))
+        head_ids = [a for a, h in zip(candidates, found, strict=True) if h >= 0]
+        head_values = [h for h in found if h >= 0]
         np.frombuffer(shadow, dtype=np.int64)[head_ids] = head_values
         out = self._common(state)
         out.update(
@@ -271,7 +271,7 @@ class DurableSim(SimRuntime):
         """Take the current state as the base of the next delta."""
         state = self.snapshot()
         agents = state.agents
-        self._shadow_heads = _heads_of(agents)
+        self._shadow_heads = _heads(state)
         self._shadow_awake = bytes(state.awake)
         self._llm_at_mark = np.fromiter((type(a.pending) is tuple for a in agents), dtype=bool, count=len(agents))
         self._reset_tracking(state)
@@ -343,10 +343,8 @@ class DurableSim(SimRuntime):
             state = self.snapshot()
             if base["n"] != len(state.agents):
                 raise StateError(f"the genesis has {base['n']} agents but these parameters build {len(state.agents)}")
-            for a in state.agents:
-                for p in a.inbox:
-                    packets[p.first_id] = p
-            heads = _heads_of(state.agents)
+            packets.update(state.mail.live())
+            heads = _heads(state)
             flight.update({e[2]: (e[0], e[1]) for e in state.events})
         else:
             state = self.snapshot()
@@ -418,15 +416,8 @@ class DurableSim(SimRuntime):
 
 
 def _fill_inboxes(state: SimState, heads: array[int], packets: dict[int, Packet]) -> None:
-    agents = state.agents
-    for a in agents:
-        a.inbox.clear()
-    for first_id in sorted(packets):
-        p = packets[first_id]
-        for r in p.recipients:
-            head = heads[r]
-            if 0 <= head <= first_id:
-                agents[r].inbox.append(p)
-    for a in agents:
-        if heads[a.id] >= 0 and (not a.inbox or a.inbox[0].first_id != heads[a.id]):
-            raise StateError(f"agent {a.id}: its queued packet {heads[a.id]} is missing from the snapshot")
+    """Rebuild the in-queues and channel logs from the live packets and the heads."""
+    state.mail.refill([packets[i] for i in sorted(packets)], heads)
+    for aid, head in enumerate(heads):
+        if head >= 0 and state.mail.head(aid) != head:
+            raise StateError(f"agent {aid}: its queued packet {head} is missing from the snapshot")

@@ -14,6 +14,7 @@ thread-safe: a threaded runtime calls it under a lock of its own.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 __all__ = ["FifoGate"]
@@ -46,6 +47,18 @@ class FifoGate(Generic[Owner]):
         """A mutex's holder (None when free); a pool's latest holder admitted."""
         self.waiting: deque[tuple[Owner, Any]] = deque()
         """``(owner, waiter)`` in arrival order; ``waiter`` is whatever wakes it."""
+
+    @classmethod
+    def restored(
+        cls, holder: Owner | None, waiting: Iterable[Owner], *, capacity: int = 1, held: int | None = None
+    ) -> FifoGate[Owner]:
+        """A gate as a snapshot lists it: a mutex held by ``holder`` (None: free), or a
+        pool of ``capacity`` with ``held`` holders; ``waiting`` in line (no waiters)."""
+        gate: FifoGate[Owner] = cls(capacity, pool=held is not None)
+        gate.held = int(holder is not None) if held is None else held
+        gate.holder = holder
+        gate.waiting.extend((owner, None) for owner in waiting)
+        return gate
 
     def try_acquire(self, owner: Owner) -> bool:
         """Hold the gate now if there is room (or ``owner`` holds the mutex already);

@@ -20,6 +20,7 @@ calls the accounting methods under it.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -97,7 +98,8 @@ class Interpreter:
         self.behaviour = behaviour
         self.name = behaviour.name
         self.llm = llm
-        self.host = host
+        self._host = weakref.ref(host)
+        """The runtime (weakly: it holds this interpreter, and a run makes no cycles)."""
         self.tools = tools or {}
         self.observer = observer
         self.llm_observer = observer.llm_issued if observer is not None and observer.wants_llm_calls else None
@@ -232,7 +234,9 @@ class Interpreter:
                 self.recruiters.extend([a.id] * len(new))
         if self.observer is not None:
             self.observer.recruited(a.id, ids)
-        self.host.place(a, new)
+        host = self._host()
+        if host is not None:
+            host.place(a, new)
         return new
 
     # ------------------------------------------------------------------ LLM calls

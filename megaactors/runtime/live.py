@@ -36,13 +36,12 @@ runtime makes it a lock.
 
 from __future__ import annotations
 
-import gc
 import inspect
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Generator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, Agent, Phase
@@ -51,6 +50,7 @@ from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
 from megaactors.runtime.gates import FifoGate
+from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter
 from megaactors.runtime.options import DEFAULT_TIME_SCALE, RuntimeOptions
 from megaactors.runtime.result import RunResult
@@ -66,7 +66,6 @@ __all__ = [
     "LiveRuntime",
     "Sleep",
     "is_async_llm",
-    "paused_gc",
 ]
 
 
@@ -74,18 +73,6 @@ def is_async_llm(llm: Any) -> bool:
     """True if ``llm`` answers with ``await llm.acomplete(...)`` (a real endpoint)
     rather than ``llm.complete(...)`` plus a simulated wait."""
     return inspect.iscoroutinefunction(getattr(llm, "acomplete", None))
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """No cyclic garbage collection in the block (as it was afterwards)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class Acquire:

@@ -1,24 +1,25 @@
 """Deterministic discrete-event simulation runtime (the default).
 
-Virtual time only: an LLM call takes the latency its seeded model draws, message
-delivery is instantaneous, and nothing reads the wall clock except the final
-``wall_s`` figure. Events are LLM completions and finished tool calls, taken in
-``(time, sequence number)`` order from an :class:`~megaactors.runtime.events.EventQueue`;
-agents woken by a delivery at the current instant wait in a FIFO. The same seed
-therefore gives the same results, byte for byte.
+Virtual time only: an LLM call takes the latency its seeded model draws, delivery is
+instantaneous, and nothing reads the wall clock but ``wall_s``. Events (LLM replies,
+finished tool calls) are taken in ``(time, sequence number)`` order from an
+:class:`~megaactors.runtime.events.EventQueue`; agents woken at the current instant
+wait in a FIFO. The same seed gives the same results, byte for byte.
 
 What effects mean (behaviour calls and their errors, applying effects, recruiting,
 LLM and tool accounting, the memory window, the result) is the
 :class:`~megaactors.runtime.interpreter.Interpreter`'s; this module decides when
-things happen. The serial token, named tool locks and LLM slots
-(``max_concurrent_llm``) are :class:`~megaactors.runtime.gates.FifoGate` s whose
-waiters are put back in the ready queue. Between two events the whole state is a
+things happen. The serial token, tool locks and LLM slots are
+:class:`~megaactors.runtime.gates.FifoGate` s whose waiters go back to the ready
+queue. In-queues are :attr:`SimRuntime.mail`: a broadcast to a group or to the
+admins is one entry in that channel's shared log, a batch from the logs is counted
+and sized without listing its packets. Between two events the whole state is a
 :class:`~megaactors.runtime.sim_state.SimState` (:meth:`SimRuntime.snapshot`,
 :meth:`SimRuntime.restore`).
 
 The event loop (:meth:`SimRuntime.advance`) and delivery (:meth:`SimRuntime._deliver`)
-are written out by hand: they run once per event and once per message, and the
-inlined steps say what they mirror.
+are written out by hand (they run once per event and per message); the inlined
+steps say what they mirror.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
 from megaactors.runtime.events import EventQueue
 from megaactors.runtime.gates import FifoGate
-from megaactors.runtime.gc_tuning import quiet_gc
+from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter
+from megaactors.runtime.mailboxes import Mailboxes, gather
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
@@ -79,6 +81,7 @@ class SimRuntime:
         if observer is not None:
             self.core.postman.on_stamp = observer.stamped
         self._bind()
+        self._open_mail()
         self._awake = bytearray(org.n)
         """1 while an agent is busy or queued to run: a delivery need not wake it."""
         self.now = 0.0
@@ -106,9 +109,15 @@ class SimRuntime:
         """Short names for the interpreter's records (the hot path reads them)."""
         core = self.core
         self.agents, self.ledger, self.trace, self.postman = core.agents, core.ledger, core.trace, core.postman
-        self._inboxes = [a.inbox for a in self.agents]
         self._apply_effects, self._issue_llm = core.apply, core.issue_llm
         self._recruited = core.recruited
+
+    def _open_mail(self) -> None:
+        """In-queues for the agents as they are (empty channel logs)."""
+        self._inboxes = [a.inbox for a in self.agents]
+        self.mail = Mailboxes(self.org, self._inboxes, lazy=True)
+        """The in-queues (``mail.head``, ``mail.live``, ``mail.refill`` describe them)."""
+        self._reads = self.mail.reads
 
     @property
     def steps(self) -> int:
@@ -119,7 +128,7 @@ class SimRuntime:
 
     def run(self) -> RunResult:
         """Run until no agent has anything left to do; return the result."""
-        with quiet_gc():
+        with paused_gc():  # a run makes no reference cycles (see gc_tuning)
             wall0 = time.perf_counter()
             if not self.started:
                 self.start()
@@ -198,13 +207,19 @@ class SimRuntime:
 
     def result(self) -> RunResult:
         """Ledger, trace and states as they stand."""
-        return self.core.result(self.name, self.now, self.wall_s, (len(a.inbox) for a in self.agents))
+        return self.core.result(self.name, self.now, self.wall_s, map(self.queued, range(len(self.agents))))
+
+    def queued(self, agent: int) -> int:
+        """How many messages wait for ``agent``."""
+        return self.mail.queued(agent)
 
     def place(self, recruiter: Agent, agents: list[Agent]) -> None:
         """Recruited agents start Idle with an empty in-queue (the interpreter's host)."""
         for agent in agents:
             self._inboxes.append(agent.inbox)
             self._awake.append(0)
+            self.mail.subscribe(agent.id)
+        self.mail.subscribe(recruiter.id)  # it may administer a new group
 
     def _drain(self) -> None:
         ready, agents, wake = self._ready, self.agents, self._wake
@@ -212,7 +227,7 @@ class SimRuntime:
             wake(agents[ready.popleft()])
 
     def _wake(self, a: Agent) -> None:
-        if a.pending is None and not a.inbox:
+        if a.pending is None and not self.mail.pending(a.id):
             self._awake[a.id] = 0
             return
         token = self._token
@@ -238,11 +253,16 @@ class SimRuntime:
             a.pending = None
             self._apply(a, self._start_effects.pop(a.id))
             return
-        # Agent.take_batch, inlined: the in-queue list itself lives as long as the agent
-        inbox = a.inbox
-        batch = Batch(a.id, inbox.copy())
-        inbox.clear()
-        a.batch_tokens = -(-self.postman.take(batch) // self._bytes_per_token)
+        if self._reads[a.id]:  # it reads a channel log: nothing done per message here
+            count, copy_bytes, parts = self.mail.take_later(a.id)
+            batch = Batch.deferred(a.id, count, gather, parts)
+            nbytes = self.postman.account_batch(a.id, count, copy_bytes)
+        else:  # Agent.take_batch, inlined: the in-queue list itself lives as long as the agent
+            inbox = a.inbox
+            batch = Batch(a.id, inbox.copy())
+            inbox.clear()
+            nbytes = self.postman.take(batch)
+        a.batch_tokens = -(-nbytes // self._bytes_per_token)
         if trace is not None:
             trace.batch(a.id, now, len(batch))
         if ctx is None or ctx.recruited or self._recruited:
@@ -352,14 +372,19 @@ class SimRuntime:
             self._deliver(a)
         token = self._token
         if not a.inbox:
-            if trace is None:
-                a.phase = IDLE  # from RESPONSE, set just above: legal
+            aid = a.id
+            for log in self._reads[aid]:  # Mailboxes.pending, inlined: anything unread?
+                if log.cursors[aid] < log.end:
+                    break
             else:
-                a.transition(IDLE, now, trace)
-            self._awake[a.id] = 0
-            if token is not None:
-                self._release_token(a)
-            return
+                if trace is None:
+                    a.phase = IDLE  # from RESPONSE, set just above: legal
+                else:
+                    a.transition(IDLE, now, trace)
+                self._awake[aid] = 0
+                if token is not None:
+                    self._release_token(a)
+                return
         if token is not None and token.waiting:
             a.transition(IDLE, now, trace)
             token.wait(a)
@@ -375,22 +400,33 @@ class SimRuntime:
     # ------------------------------------------------------------------ delivery (the hot loop)
 
     def _deliver(self, a: Agent) -> None:
-        """Flush the out-queue: a reference to each packet in each recipient's in-queue
-        (appended at C speed), then wake the recipients that were Idle, in order."""
-        stamp, now, sender = self.postman.stamp, self.now, a.id
+        """Flush the out-queue: a broadcast into its channel log(s), any other send as a
+        reference appended to each recipient's in-queue; wake the Idle ones in order."""
+        postman, now, sender = self.postman, self.now, a.id
+        stamp, share = postman.stamp, self.mail.share
         inboxes, awake = self._inboxes, self._awake
         is_awake = awake.__getitem__
         for send in a.outbox:
-            for packet in stamp(sender, send, now):
+            packets = stamp(sender, send, now)
+            if postman.broadcast and len(packets) == 1:
+                packet = packets[0]
+                if not all(map(is_awake, share(packet))):
+                    self._wake_idle(packet.recipients)
+                continue
+            for packet in packets:
                 recipients = packet.recipients
                 _consume(map(_append, map(inboxes.__getitem__, recipients), repeat(packet)))
                 if not all(map(is_awake, recipients)):
-                    ready_append = self._ready.append
-                    for r in recipients:
-                        if not awake[r]:
-                            awake[r] = 1
-                            ready_append(r)
+                    self._wake_idle(recipients)
         a.outbox = []
+
+    def _wake_idle(self, recipients: Iterable[int]) -> None:
+        """Queue the Idle ones among ``recipients`` to run, in order."""
+        awake, ready_append = self._awake, self._ready.append
+        for r in recipients:
+            if not awake[r]:
+                awake[r] = 1
+                ready_append(r)
 
     # ------------------------------------------------------------------ the state between events
 
@@ -403,6 +439,7 @@ class SimRuntime:
             events_run=self.events_run,
             started=self.started,
             agents=core.agents,
+            mail=self.mail,
             awake=self._awake,
             events=self._events.events(),
             in_flight=core.in_flight,
@@ -425,6 +462,10 @@ class SimRuntime:
         """Continue from ``state`` (taken from a run of this organisation, behaviour,
         LLM and options, or built to match one): this runtime adopts its containers."""
         core, agents = self.core, state.agents
+        queues = None
+        if agents is not core.agents or state.mail is not self.mail:  # another runtime's: copy its in-queues
+            live = state.mail.live()
+            queues = [live[i] for i in sorted(live)], [state.mail.head(i) for i in range(len(agents))]
         if agents is not core.agents:
             core.agents[:] = agents
         if state.ledger is not core.ledger:
@@ -436,28 +477,24 @@ class SimRuntime:
         core.recruited, core.recruiters = state.recruited, state.recruiters
         core.in_flight, core.tool_invocations = state.in_flight, state.tool_invocations
         self._bind()
+        if queues is not None:
+            self._open_mail()
+            self.mail.refill(*queues)
         self._awake = state.awake
         self.now, self._seq, self.events_run, self.started = state.now, state.seq, state.events_run, state.started
         self.wall_s = state.wall_s
         self._events = EventQueue(self._events_width, state.events)
         self._ready.clear()
         self._start_effects = state.start_effects
+        at = agents.__getitem__
         if self._llm_slots is not None:
-            self._llm_slots = _gate(self._llm_slots.capacity, None, state.llm_waiting, agents, held=state.in_flight)
+            slots = self._llm_slots.capacity
+            self._llm_slots = FifoGate.restored(None, map(at, state.llm_waiting), capacity=slots, held=state.in_flight)
         if self._token is not None:
-            self._token = _gate(1, state.serial_holder, state.serial_waiting, agents)
-        names = [*state.lock_holders, *(name for name in state.lock_waiting if name not in state.lock_holders)]
+            holder = None if state.serial_holder is None else at(state.serial_holder)
+            self._token = FifoGate.restored(holder, map(at, state.serial_waiting))
+        holders, waiting = state.lock_holders, state.lock_waiting
         self._locks = {
-            name: _gate(1, state.lock_holders.get(name), state.lock_waiting.get(name, []), agents) for name in names
+            name: FifoGate.restored(at(holders[name]) if name in holders else None, map(at, waiting.get(name, [])))
+            for name in [*holders, *(name for name in waiting if name not in holders)]
         }
-
-
-def _gate(
-    capacity: int, holder: int | None, waiting: list[int], agents: list[Agent], held: int | None = None
-) -> FifoGate[Agent]:
-    """A mutex held by ``holder`` (or a pool with ``held`` holders) with ``waiting`` in line."""
-    gate: FifoGate[Agent] = FifoGate(capacity, pool=held is not None)
-    gate.held = int(holder is not None) if held is None else held
-    gate.holder = None if holder is None else agents[holder]
-    gate.waiting.extend((agents[i], None) for i in waiting)
-    return gate

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from megaactors.core.messages import Packet
     from megaactors.core.trace import Trace
     from megaactors.runtime.events import Event
+    from megaactors.runtime.mailboxes import Mailboxes
 
 __all__ = ["START", "LLMInFlight", "SimObserver", "SimState", "ToolInFlight"]
 
@@ -84,7 +85,11 @@ class SimState:
     started: bool
     agents: list[Agent]
     """Every agent's record: phase, behaviour state, memory, call count, batch tokens,
-    what it waits for, out-queue and in-queue."""
+    what it waits for, out-queue and private in-queue."""
+    mail: Mailboxes
+    """The in-queues: each agent's private one (``agent.inbox``) and the channel logs
+    broadcasts go to; ``mail.head(agent)``, ``mail.live()`` and ``mail.refill()``
+    describe and rebuild them."""
     awake: bytearray
     """1 per agent that is busy or queued to run (a delivery need not wake it)."""
     events: list[Event]
