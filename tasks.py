@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
-EXTRAS = "dev,notebooks,postgres,fast"
+EXTRAS = "dev,notebooks,data,postgres,fast"
 
 
 def ensure_env() -> None:
