@@ -261,18 +261,19 @@ def test_coinciding_series_are_told_apart(rows: pd.DataFrame) -> None:
 def test_dollar_figures_name_the_model_and_its_prices(rows: pd.DataFrame) -> None:
     price = PRICES["gpt-4o-mini"]
     expected = price_title("gpt-4o-mini", price.input_per_m, price.output_per_m)
-    assert expected == f"gpt-4o-mini at ${price.input_per_m:g} in / ${price.output_per_m:g} out per M tokens"
+    assert expected == f"gpt-4o-mini at ${price.input_per_m:.2f} in / ${price.output_per_m:.2f} out per M tokens"
+    expected = expected.replace("$", r"\$")  # matplotlib would read $…$ as mathematics
     assert expected in cost_figure(rows, "dollars").axes[0].get_title()
     assert "per M tokens" not in cost_figure(rows, "messages").axes[0].get_title()
     assert expected in group_size_figure(rows).axes[1].get_title()
     two = rows.assign(model=np.where(rows["seed"] == 1, "gpt-4o-mini", "gpt-4o"))
     title = cost_figure(two, "dollars").axes[0].get_title()
-    assert (
-        expected in title
-        and price_title("gpt-4o", PRICES["gpt-4o"].input_per_m, PRICES["gpt-4o"].output_per_m) in title
-    )
+    other = price_title("gpt-4o", PRICES["gpt-4o"].input_per_m, PRICES["gpt-4o"].output_per_m)
+    assert expected in title and other.replace("$", r"\$") in title
     overridden = rows.assign(price_in=1.0, price_out=2.0)
-    assert "gpt-4o-mini at $1 in / $2 out per M tokens" in cost_figure(overridden, "dollars").axes[0].get_title()
+    assert (
+        r"gpt-4o-mini at \$1.00 in / \$2.00 out per M tokens" in cost_figure(overridden, "dollars").axes[0].get_title()
+    )
 
 
 def test_load_labels_stay_clear_of_the_markers() -> None:

@@ -81,12 +81,13 @@ def fit_exponent(agents: Sequence[float], values: Sequence[float]) -> float | No
 def price_title(model: str, price_in: float, price_out: float) -> str:
     """``"gpt-4o-mini at $0.15 in / $0.60 out per M tokens"``: what a dollar figure's
     title says about the prices behind it (dollars per million tokens)."""
-    return f"{model} at ${price_in:g} in / ${price_out:g} out per M tokens"
+    return f"{model} at ${price_in:,.2f} in / ${price_out:,.2f} out per M tokens"
 
 
 def prices_text(df: pd.DataFrame) -> str:
     """:func:`price_title` of every model in the rows (their ``price_in`` /
-    ``price_out`` columns where present, else the price table), joined by "; "."""
+    ``price_out`` columns where present, else the price table), joined by "; ", with
+    each ``$`` escaped so that matplotlib does not read it as mathematics."""
     rows = df.drop_duplicates([c for c in ("model", "price_in", "price_out") if c in df.columns])
     titles = []
     for row in rows.to_dict("records"):
@@ -98,7 +99,7 @@ def prices_text(df: pd.DataFrame) -> str:
                 continue
             price_in, price_out = PRICES[model].input_per_m, PRICES[model].output_per_m
         titles.append(price_title(model, float(price_in), float(price_out)))
-    return "; ".join(dict.fromkeys(titles))
+    return "; ".join(dict.fromkeys(titles)).replace("$", r"\$")
 
 
 def _with_tokens(df: pd.DataFrame) -> pd.DataFrame:
