@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from megaactors.core.messages import CHANNELS
+from megaactors.experiments.progress import SweepProgress
 from megaactors.experiments.spec import ParameterError, RunSpec
 
 if TYPE_CHECKING:
@@ -304,7 +305,7 @@ def run_sweep(
     *,
     workers: int | None = None,
     max_messages: int | None = None,
-    progress: bool = True,
+    progress: bool | SweepProgress = True,
     retry_errors: bool = False,
 ) -> pd.DataFrame:
     """Run every run of ``grid`` and return one row per run as a DataFrame.
@@ -312,7 +313,9 @@ def run_sweep(
     With ``out``, rows are appended to ``out/results.csv`` as runs finish (the grid is
     kept in ``out/grid.json``); runs already there are not recomputed, except failed
     ones when ``retry_errors``. ``workers`` processes run in parallel (default: one per
-    core; ``0`` runs everything in this process, without isolation).
+    core; ``0`` runs everything in this process, without isolation). ``progress`` is
+    a bar (``True``), none, or a :class:`~megaactors.experiments.progress.SweepProgress`
+    to report to; its units are estimated work, largest runs first.
     """
     planned = plan(grid, max_messages)
     store = _Store(Path(out), normalise_grid(grid), max_messages) if out is not None else None
@@ -326,20 +329,10 @@ def run_sweep(
         rows[run.key] = row
         if store:
             store.append(row)
-        bar.update(1)
-        if figures["status"] == "error":
-            bar.set_postfix(errors=sum(1 for r in rows.values() if r["status"] == "error"), refresh=False)
+        bar.advance(0.0 if run.skipped else run.estimated_cost(), error=figures["status"] == "error")
 
-    from tqdm.auto import tqdm
-
-    bar = tqdm(
-        total=len(planned),
-        initial=len(planned) - len(todo),
-        desc="sweep",
-        unit="run",
-        disable=not progress,
-        dynamic_ncols=True,
-    )
+    bar = progress if isinstance(progress, SweepProgress) else SweepProgress(enabled=progress)
+    bar.begin([0.0 if p.skipped else p.estimated_cost() for p in todo], len(planned))
     try:
         for run in [p for p in todo if p.skipped]:
             record(run, {"status": "skipped", "detail": _skip_reason(run, max_messages)})

@@ -12,7 +12,8 @@ PNG and SVG. From sweep rows (:func:`megaactors.experiments.sweep.load_results`)
 * :func:`makespan_figure` — virtual makespan versus N, parallel and serial;
 * :func:`group_size_figure` — two-tier cost versus group size at a fixed N, measured
   optimum beside the closed-form one;
-* :func:`plot_results` — all of the above that the rows allow, saved into a directory.
+* :func:`plot_results` — all of the above that the rows allow, saved into a directory
+  (:func:`figure_jobs` lists them; :func:`save_figures` draws jobs in parallel).
 
 From small runs: :func:`load_figure` (per-agent load), :func:`timeline_figure` (states
 over virtual time), :func:`queue_figure` with :func:`sample_queues` (queue depth over
@@ -21,10 +22,19 @@ channels that carried messages when given a run's traffic, agents coloured by st
 when given their states).
 """
 
-from megaactors.experiments.plots.common import METRICS, fit_exponent, price_title, save_figure, series_labels
+from megaactors.experiments.plots.common import (
+    METRICS,
+    FigureJob,
+    fit_exponent,
+    price_title,
+    save_figure,
+    save_figures,
+    series_labels,
+)
 from megaactors.experiments.plots.cost import (
     cost_figure,
     cost_overview_figure,
+    figure_jobs,
     group_size_figure,
     makespan_figure,
     plot_results,
@@ -34,8 +44,10 @@ from megaactors.experiments.plots.runs import load_figure, queue_figure, sample_
 
 __all__ = [
     "METRICS",
+    "FigureJob",
     "cost_figure",
     "cost_overview_figure",
+    "figure_jobs",
     "fit_exponent",
     "group_size_figure",
     "load_figure",
@@ -46,6 +58,7 @@ __all__ = [
     "queue_figure",
     "sample_queues",
     "save_figure",
+    "save_figures",
     "series_labels",
     "timeline_figure",
 ]

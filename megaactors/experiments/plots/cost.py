@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from megaactors.experiments.plots.common import (
     COLUMN,
     METRICS,
+    FigureJob,
     exponent_text,
     figure_and_axes,
     fit_exponent,
@@ -21,7 +22,7 @@ from megaactors.experiments.plots.common import (
     prepared,
     prices_text,
     rounds_text,
-    save_figure,
+    save_figures,
     spread,
 )
 from megaactors.experiments.sweep import closed_form_messages, optimal_group_size
@@ -34,6 +35,7 @@ __all__ = [
     "coinciding",
     "cost_figure",
     "cost_overview_figure",
+    "figure_jobs",
     "group_size_figure",
     "makespan_figure",
     "plot_results",
@@ -229,19 +231,22 @@ def group_size_figure(df: pd.DataFrame, agents: int | None = None) -> Figure:
     return fig
 
 
-def plot_results(df: pd.DataFrame, out: str | Path) -> list[Path]:
-    """Every figure the sweep rows allow, as PNG and SVG in ``out``; returns the paths."""
-    paths: list[Path] = []
+def figure_jobs(df: pd.DataFrame) -> list[FigureJob]:
+    """Every figure the sweep rows allow, as jobs for :func:`save_figures`."""
     usable = df[df["status"].isin(("ok", "skipped"))]
     if usable.empty:
-        return paths
-    figures: list[tuple[str, Figure]] = [(metric, cost_figure(usable, metric)) for metric in METRICS]
-    figures.append(("coordination_cost", cost_overview_figure(usable)))
+        return []
+    jobs = [FigureJob(metric, cost_figure, (usable, metric)) for metric in METRICS]
+    jobs.append(FigureJob("coordination_cost", cost_overview_figure, (usable,)))
     if (df["status"] == "ok").any():
-        figures.append(("makespan", makespan_figure(df)))
+        jobs.append(FigureJob("makespan", makespan_figure, (df,)))
     fixed = df[(df["topology"] == "two-tier") & (df["status"] == "ok") & (df["group_rule"] == "fixed")]
     if len(fixed) and fixed.groupby("agents")["group_size"].nunique().max() >= 3:
-        figures.append(("group_size", group_size_figure(df)))
-    for name, fig in figures:
-        paths.extend(save_figure(fig, out, name))
-    return paths
+        jobs.append(FigureJob("group_size", group_size_figure, (df,)))
+    return jobs
+
+
+def plot_results(df: pd.DataFrame, out: str | Path, *, workers: int = 0) -> list[Path]:
+    """Every figure the sweep rows allow, as PNG and SVG in ``out`` (drawn in
+    ``workers`` processes at once, or in this one); returns the paths."""
+    return save_figures(figure_jobs(df), out, workers)
