@@ -204,18 +204,20 @@ class DataCollector:
 
     # ------------------------------------------------------------------ driving
 
-    def advance(self, runtime: Steppable) -> bool:
-        """Run one collection interval (a super-step, or ``every_events`` events) and
-        collect; starts (and collects) a runtime that has not started. Returns False
-        once nothing is left to run."""
+    def advance(self, runtime: Steppable, *, events: int | None = None) -> bool:
+        """Run one collection interval and collect: ``events`` events if given, else the
+        collector's interval (``every_events`` events, or a super-step). Starts (and
+        collects) a runtime that has not started instead. Returns False once nothing
+        is left to run."""
         if not runtime.started:
             runtime.start()
             self.collect(runtime)
             return not runtime.finished
         if runtime.finished:
             return False
-        if self.every_events is not None:
-            for _ in range(self.every_events):
+        count = events if events is not None else self.every_events
+        if count is not None:
+            for _ in range(count):
                 if not runtime.step():
                     break
         else:

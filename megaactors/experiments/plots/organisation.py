@@ -150,10 +150,9 @@ def organisation_figure(
             ax=ax,
         )
     colour = "agent (colour: its state)" if states is not None else "agent (colour: its group)"
-    handles += [
-        Line2D([], [], marker="o", ls="", color="0.6", mec="black", ms=9, label="admin"),
-        Line2D([], [], marker="o", ls="", color="0.6", ms=5, label=colour),
-    ]
+    if org.admins:
+        handles.append(Line2D([], [], marker="o", ls="", color="0.6", mec="black", ms=9, label="admin"))
+    handles.append(Line2D([], [], marker="o", ls="", color="0.6", ms=5, label=colour))
     if org.boss is not None:
         handles.append(Line2D([], [], marker="*", ls="", color="0.6", mec="black", ms=12, label="boss"))
     if states is not None:
@@ -170,7 +169,7 @@ def organisation_figure(
             )
             for s in AgentState
         ]
-    ax.legend(handles=handles, fontsize=8, loc="upper right")
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), borderaxespad=0.2)
     s = org.summary()
     drawn = "channels that carried messages" if traffic is not None else "every channel it allows"
     ax.set_title(
