@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pandas as pd
 import pytest
 
 from megaactors import AgentState, RunSpec, SimRuntime
+from megaactors.cli import main
 from megaactors.experiments.collector import (
     AGENT_VARIABLES,
     MODEL_VARIABLES,
@@ -132,3 +134,47 @@ def test_superstep_windows() -> None:
     assert superstep_end(2.5, 1.0) == 3.0
     assert superstep_end(3.0, 1.0) == 4.0
     assert superstep_end(1e300, 1.0) > 1e300
+
+
+# ---------------------------------------------------------------------- megaactors run --collect
+
+
+def test_run_collect_writes_the_series_of_the_run_it_reports(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "star.parquet"
+    args = ["run", "--topology", "star", "--agents", "40", "--seed", "4", "--collect", str(out), "--json"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert f"wrote {out}" in captured.err
+    model = pd.read_parquet(out)
+    agents = pd.read_parquet(tmp_path / "star.agents.parquet")
+    assert model["messages"].iloc[-1] == summary["messages"] == 2 * 39
+    assert model["cost_usd"].iloc[-1] == pytest.approx(summary["cost_usd"])
+    assert model["time"].iloc[-1] == pytest.approx(summary["virtual_time_s"])
+    assert len(agents) == 40 * len(model)
+    plain = RunSpec(topology="star", agents=40, seed=4).execute().summary()
+    assert {k: v for k, v in summary.items() if k != "wall_s"} == {k: v for k, v in plain.items() if k != "wall_s"}
+    assert main(["run", "--agents", "12", "--collect", str(tmp_path / "e.csv"), "--collect-every", "5"]) == 0
+    assert set(pd.read_csv(tmp_path / "e.csv")["events"].diff().dropna().iloc[:-1]) == {5}
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--collect", "{tmp}/series.xlsx"], "must end in .csv or .parquet"),
+        (["--collect", "{tmp}/no/such/series.csv"], "does not exist"),
+        (["--collect", "{tmp}/series.csv", "--runtime", "asyncio"], "steps the run in the simulation"),
+        (["--collect", "{tmp}/series.csv", "--collect-every", "0"], "--collect-every must be an integer >= 1, got 0"),
+        (["--collect", "{tmp}/series.csv", "--step-seconds", "0"], "step seconds must be a finite number > 0"),
+        (["--collect-every", "3"], "--collect-every needs --collect PATH"),
+        (["--collect", "{tmp}/series.csv", "--checkpoint", "{tmp}/runs.db"], "does not combine with --checkpoint"),
+    ],
+)
+def test_run_collect_refuses_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture, extra: list[str], needle: str
+) -> None:
+    args = ["run", "--agents", "10", *(a.format(tmp=tmp_path) for a in extra)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import sys
 from typing import Any
 
 from megaactors.cli.common import CommandError, add_run_options, spec_from_args
 from megaactors.cli.durable_common import add_durable_options, run_checkpointed
-from megaactors.experiments.spec import ParameterError
+from megaactors.experiments.collector import CollectorError, DataCollector, check_output_path
+from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.runtime import RUNTIMES
 
 __all__ = ["format_summary", "register"]
@@ -25,12 +27,27 @@ def register(sub: Any) -> None:
         default=None,
         help="live runtimes: wall seconds per virtual second (default: the runtime's)",
     )
+    p.add_argument(
+        "--collect",
+        metavar="PATH",
+        help="write the run's series per super-step to PATH (.csv or .parquet; agents beside it as NAME.agents.EXT)",
+    )
+    p.add_argument(
+        "--collect-every",
+        type=int,
+        metavar="EVENTS",
+        help="with --collect: collect every EVENTS events instead of every super-step (--step-seconds)",
+    )
     add_durable_options(p, with_store=True)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
+    if args.collect is not None or args.collect_every is not None:
+        summary = run_collected(args, spec)
+        print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
+        return 0
     if args.db or args.run_id:
         summary = run_checkpointed(args, spec)
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
@@ -47,6 +64,31 @@ def handle(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from exc
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     return 0
+
+
+def run_collected(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
+    """``--collect``: step the run in the simulation, collecting its series, and write
+    them; bad settings are checked before anything runs."""
+    if args.collect is None:
+        raise CommandError("--collect-every needs --collect PATH")
+    if args.db or args.run_id:
+        raise CommandError("--collect does not combine with --checkpoint/--run-id")
+    if spec.runtime != "sim":
+        raise CommandError(f"--collect steps the run in the simulation; got --runtime {spec.runtime}")
+    if args.collect_every is not None and args.collect_every < 1:
+        raise CommandError(f"--collect-every must be an integer >= 1, got {args.collect_every}")
+    try:
+        check_output_path(args.collect)
+        collector = DataCollector(step_s=args.step_seconds, every_events=args.collect_every)
+    except CollectorError as exc:
+        raise CommandError(str(exc)) from exc
+    runtime = spec.build()
+    collector.run(runtime)
+    result = runtime.result()
+    result.params = spec.result_params()
+    for path in collector.save(args.collect):
+        print(f"wrote {path}", file=sys.stderr)
+    return result.summary()
 
 
 def format_summary(s: dict[str, Any]) -> str:

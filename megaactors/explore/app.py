@@ -169,15 +169,7 @@ class Explorer:
             self._fail(str(exc))
             return
         self.spec = spec
-        self.runtime = SimRuntime(
-            spec.organisation(),
-            spec.behaviour(),
-            spec.llm(),
-            seed=spec.seed,
-            max_concurrent_llm=spec.max_concurrent_llm,
-            serial=spec.serial,
-            trace=False,
-        )
+        self.runtime = replace(spec, runtime="sim", trace=False).build()
         self.collector = collector
         collector.advance(self.runtime)
         self._draw_run()
