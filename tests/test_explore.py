@@ -102,7 +102,7 @@ def test_cost_curves_compare_every_organisation(explorer: Explorer) -> None:
     messages, dollars = fig.axes[:2]
     labels = [ln.get_label() for ln in messages.get_lines()]
     assert any(label.startswith("two-tier, G = 6") for label in labels)
-    assert "chosen N = 30" in labels
+    assert "chosen N = 30" in labels and "chosen N = 30" in [t.get_text() for t in messages.get_legend().get_texts()]
     assert "per M tokens" in dollars.get_title()
     assert bytes(explorer.images["curves"].value).startswith(PNG)
 

@@ -114,8 +114,9 @@ class Explorer:
         self.buttons["event"].on_click(lambda _: self.step(events=1))
         self.buttons["superstep"].on_click(lambda _: self.step())
         self.buttons["finish"].on_click(lambda _: self.finish())
+        self._holding = False
         for control in self.controls.values():
-            control.observe(lambda _: self.reset(), names="value")
+            control.observe(lambda _: self._changed(), names="value")
         names = list(self.controls)
         half = (len(names) + 1) // 2
         self.widget = w.VBox(
@@ -130,10 +131,19 @@ class Explorer:
         )
         self.reset()
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        """The live widget, with the current run's picture and a line of text for
+        places that cannot show widgets (a stored notebook on a repository page)."""
+        import base64
 
-        display(self.widget)
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        picture = self.images["state"].value
+        if picture:
+            bundle["image/png"] = base64.b64encode(bytes(picture)).decode("ascii")
+        spec = self.spec
+        where = f"{spec.topology}, N = {spec.agents:,}" if spec is not None else "no run"
+        bundle["text/plain"] = f"Explorer ({where}; open in Jupyter for the controls)"
+        return bundle
 
     # ------------------------------------------------------------------ the parameters
 
@@ -153,6 +163,23 @@ class Explorer:
     def _fail(self, message: str) -> None:
         self.error = message
         self.status.value = f"<span style='color:#b00'>{html.escape(message)}</span>"
+
+    def set(self, **values: Any) -> None:
+        """Set several controls (by name) and start one new run, not one per control."""
+        unknown = sorted(set(values) - set(self.controls))
+        if unknown:
+            raise KeyError(f"no control named {', '.join(unknown)}; controls: {', '.join(self.controls)}")
+        self._holding = True
+        try:
+            for name, value in values.items():
+                self.controls[name].value = value
+        finally:
+            self._holding = False
+        self.reset()
+
+    def _changed(self) -> None:
+        if not self._holding:
+            self.reset()
 
     # ------------------------------------------------------------------ stepping a run
 
@@ -230,8 +257,8 @@ class Explorer:
         fig = Figure(figsize=(12, 4.6), layout="constrained")
         for ax, metric in zip(fig.subplots(1, 2), ("messages", "dollars"), strict=True):
             cost_figure(self.rows, metric, ax=ax)
-            chosen = ax.axvline(spec.agents, color="0.5", lw=1, ls=":")
-            chosen.set_label(f"chosen N = {spec.agents:,}")
+            ax.axvline(spec.agents, color="0.5", lw=1, ls=":", label=f"chosen N = {spec.agents:,}")
+            ax.legend(fontsize=8, loc="upper left")
         self._show("curves", fig)
         return self.rows
 
