@@ -41,11 +41,12 @@ def ensure_env() -> None:
 
 
 def main(argv: list[str]) -> int:
+    is_root = hasattr(os, "geteuid") and os.geteuid() == 0
     jobs = {
         "run": [str(PYTHON), str(ROOT / "experiments" / "coordination_cost.py")],
         "test": [str(PYTHON), "-m", "pytest"],
         "notebooks": [str(PYTHON), str(ROOT / "notebooks" / "refresh.py")],
-        "lab": [str(VENV / "bin" / "jupyter"), "lab", str(ROOT / "notebooks")],
+        "lab": [str(VENV / "bin" / "jupyter"), "lab", str(ROOT / "notebooks"), *(["--allow-root"] if is_root else [])],
     }
     if not argv or argv[0] not in jobs:
         print(__doc__.strip(), file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -60,3 +61,41 @@ def test_notebook_runs_top_to_bottom_and_gives_its_stored_outputs(path: Path, tm
         if a != b
     ]
     assert not mismatched, f"{STALE}; first differing code cell: {mismatched[0]}"
+
+
+def test_jupyter_lab_serves_the_notebooks_with_the_widget_extension(tmp_path: Path) -> None:
+    """``jupyter lab`` from the environment: a real server on 127.0.0.1 lists the
+    notebooks, serves the Lab page and has the ipywidgets extension (for the explorer)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    jupyter = Path(sys.executable).with_name("jupyter")
+    server = subprocess.Popen(
+        [str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--IdentityProvider.token=t0k",
+         f"--ServerApp.root_dir={ROOT / 'notebooks'}", "--ServerApp.open_browser=False", "--allow-root"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path)},
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/contents?token=t0k", timeout=5) as reply:
+                    listing = json.load(reply)
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "jupyter lab did not start"
+                time.sleep(0.3)
+        assert {p.name for p in NOTEBOOKS} <= {item["name"] for item in listing["content"]}
+        with urllib.request.urlopen(f"{base}/lab?token=t0k", timeout=10) as reply:
+            page = reply.read().decode()
+        assert reply.status == 200 and "@jupyter-widgets/jupyterlab-manager" in page
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
