@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure
 
@@ -45,6 +46,9 @@ from megaactors.experiments.plots import (
 from megaactors.experiments.progress import SweepProgress
 from megaactors.experiments.spec import ParameterError
 from megaactors.experiments.sweep import SweepError, optimal_group_size, run_sweep
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 AGENTS = (10, 30, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
 SEEDS = (1, 2, 3)
@@ -187,6 +191,19 @@ def integers(text: str) -> list[int]:
     return values
 
 
+def run_experiment(
+    out: Path, agents: list[int], seeds: list[int], workers: int | None, progress: SweepProgress
+) -> tuple[pd.DataFrame, list[Path], dict[str, float]]:
+    """The sweep (reporting to ``progress``) and every figure; returns the rows, the
+    figure paths and the wall seconds of the sweep and of everything."""
+    t0 = time.perf_counter()
+    df = run_sweep(grid(agents, seeds), out, workers=workers, max_messages=MAX_MESSAGES, progress=progress)
+    swept = time.perf_counter() - t0
+    cores = workers if workers is not None else len(os.sched_getaffinity(0))
+    paths = save_figures([*figure_jobs(df), *small_run_jobs(seeds[0])], out, cores)
+    return df, paths, {"sweep_s": swept, "total_s": time.perf_counter() - t0}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/coordination_cost", help="output directory (default %(default)s)")
@@ -195,24 +212,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    t0 = time.perf_counter()
     try:
-        df = run_sweep(
-            grid(args.agents, args.seeds),
-            out,
-            workers=args.workers,
-            max_messages=MAX_MESSAGES,
-            progress=SweepProgress(enabled=not args.quiet),
+        df, paths, times = run_experiment(
+            Path(args.out), args.agents, args.seeds, args.workers, SweepProgress(enabled=not args.quiet)
         )
     except (SweepError, ParameterError) as exc:
         print(f"coordination_cost: error: {exc}", file=sys.stderr)
         return 2
-    swept = time.perf_counter() - t0
-    workers = args.workers if args.workers is not None else len(os.sched_getaffinity(0))
-    paths = save_figures([*figure_jobs(df), *small_run_jobs(args.seeds[0])], out, workers)
+    out, swept = Path(args.out), times["sweep_s"]
     print(report(df))
-    print(f"{len(df)} runs in {swept:.1f} s; everything in {time.perf_counter() - t0:.1f} s")
+    print(f"{len(df)} runs in {swept:.1f} s; everything in {times['total_s']:.1f} s")
     print(f"wrote {(out / 'results.csv').resolve()}")
     for path in paths:
         if path.suffix == ".png":
