@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import resource
+import sys
 import tempfile
 from pathlib import Path
 
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def load_experiment():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("coordination_cost", ROOT / "experiments" / "coordination_cost.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules["coordination_cost"] = module  # its figure jobs are pickled by module name
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection, PathCollection
+from matplotlib.text import Text
 
 from megaactors import PRICES, AgentState, Organisation, RunSpec, SimRuntime
 from megaactors.experiments.async_vs_threads import comparison_figure
@@ -280,6 +281,7 @@ def test_load_labels_stay_clear_of_the_markers() -> None:
     results = {
         "star": RunSpec(topology="star", agents=200, seed=1).execute(),
         "two-tier": RunSpec(topology="two-tier", agents=200, group_size=10, seed=1).execute(),
+        "flat": RunSpec(topology="flat", agents=200, seed=1).execute(),  # every agent as busy as the busiest
     }
     fig = load_figure(results)
     canvas = FigureCanvasAgg(fig)
@@ -287,13 +289,16 @@ def test_load_labels_stay_clear_of_the_markers() -> None:
     renderer = canvas.get_renderer()
     for ax in fig.axes:
         (label,) = ax.texts
-        box = label.get_window_extent(renderer)
+        box = Text.get_window_extent(label, renderer)  # the text alone, not its arrow
         points = np.concatenate([c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)])
         shown = ax.transData.transform(points)
         inside = (shown[:, 0] >= box.x0) & (shown[:, 0] <= box.x1) & (shown[:, 1] >= box.y0) & (shown[:, 1] <= box.y1)
         assert not inside.any(), (label.get_text(), int(inside.sum()))
         legend = ax.get_legend().get_window_extent(renderer)
         assert not box.overlaps(legend)
+        under = (shown[:, 0] >= legend.x0) & (shown[:, 0] <= legend.x1)
+        under &= (shown[:, 1] >= legend.y0) & (shown[:, 1] <= legend.y1)
+        assert not under.any(), ("legend over markers", label.get_text(), int(under.sum()))
 
 
 def test_queue_figure_title_gives_n() -> None:

@@ -3,6 +3,7 @@ over virtual time."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -28,9 +29,11 @@ ROLE_COLOURS = {"boss": "tab:red", "admin": "tab:orange", "agent": "tab:blue"}
 def load_figure(results: Mapping[str, RunResult]) -> Figure:
     """Per-agent load in each run: messages handled (sent + received) and LLM tokens
     read, agents ranked from busiest to idlest and coloured by role, so the hub and
-    the admins stand out as hotspots."""
+    the admins stand out as hotspots. Each row's y range leaves room above the data
+    for the busiest agent's label and below it for the legend."""
     fig = Figure(figsize=(4.2 * len(results), 7.5), layout="constrained")
     axes = fig.subplots(2, len(results), squeeze=False, sharey="row")
+    extent: list[list[float]] = [[math.inf, 0.0], [math.inf, 0.0]]
     for col, (name, result) in enumerate(results.items()):
         frame = result.agents_frame()
         frame["handled"] = frame["sent"] + frame["received"]
@@ -40,6 +43,9 @@ def load_figure(results: Mapping[str, RunResult]) -> Figure:
             ax = axes[row][col]
             ranked = frame.sort_values(column, ascending=False, kind="stable").reset_index(drop=True)
             rank = np.arange(1, len(ranked) + 1)
+            positive = ranked[column][ranked[column] > 0]
+            if len(positive):
+                extent[row] = [min(extent[row][0], positive.min()), max(extent[row][1], positive.max())]
             for role, colour in ROLE_COLOURS.items():
                 mine = ranked["role"] == role
                 if mine.any():
@@ -58,7 +64,11 @@ def load_figure(results: Mapping[str, RunResult]) -> Figure:
                 arrowprops={"arrowstyle": "->", "color": "0.4", "lw": 0.8},
             )
             log_axes(ax, "agent rank (busiest first)", unit, name if row == 0 else "")
-            ax.legend(fontsize=8, loc="lower left")
+            ax.legend(fontsize=8, loc="lower left", ncols=3, handletextpad=0.2, columnspacing=0.8)
+    for row, (lo, hi) in enumerate(extent):
+        if hi > 0:
+            pad = 10 ** max(1.0, 0.4 * math.log10(hi / lo))  # decades of room on either side
+            axes[row][0].set_ylim(lo / pad, hi * pad)
     n = {r.org.n for r in results.values()}
     fig.suptitle("Per-agent load" + (f", N = {n.pop():,}" if len(n) == 1 else ""))
     return fig
