@@ -124,3 +124,25 @@ def test_an_impossible_run_is_reported_not_raised(explorer: Explorer) -> None:
     assert explorer.buttons["curves"].click() is None and explorer.runtime is None
     explorer.controls["rounds"].value = 1
     assert explorer.runtime is not None and explorer.error is None
+
+
+def test_a_megaagent_scenario_recruits_its_organisation_as_it_runs(explorer: Explorer) -> None:
+    explorer.set(behaviour="MegaAgent: Gobang", model="gpt-4o")
+    rt = explorer.runtime
+    assert rt.org.n == 1 and "MegaAgent: Gobang" in explorer.status.value  # a lone boss
+    explorer.buttons["finish"].click()
+    assert explorer.runtime.org.n == 7  # boss, admins and workers recruited during the run
+    assert explorer.figures["state"].axes[0].get_title().startswith("hierarchy organisation: 7 agents")
+    assert "gpt-4o at" in explorer.figures["series"].axes[1].get_title()
+    assert explorer.cost_curves() is None and "chat round" in explorer.error
+
+
+def test_play_steps_super_steps_until_the_end(explorer: Explorer) -> None:
+    explorer.set(topology="star", agents=6)
+    explorer.play.playing = True
+    for _ in range(100):
+        if not explorer.play.playing:
+            break
+        explorer.play.value += 1  # what each tick of the Play widget does
+    assert explorer.runtime.finished and not explorer.play.playing
+    assert explorer.collector.collections == explorer.play.value + 1  # the start, then one per tick

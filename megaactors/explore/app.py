@@ -1,6 +1,7 @@
-"""The explorer: ipywidgets controls for one run's parameters, cost curves over N for
-every organisation kind, and a run stepped event by event or super-step by super-step
-with its organisation, queues and series redrawn after each step.
+"""The explorer: ipywidgets controls for one run's parameters and behaviour, cost curves
+over N for every organisation kind, and a run stepped event by event or super-step by
+super-step (or played, a super-step per tick) with its organisation, queues and series
+redrawn after each step.
 
     from megaactors.explore import Explorer
     Explorer()            # in a notebook: controls, buttons and figures
@@ -29,7 +30,13 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["CURVE_AGENTS", "Explorer"]
+__all__ = ["BEHAVIOURS", "CURVE_AGENTS", "Explorer"]
+
+CHAT_ROUND = "chat round"
+BEHAVIOURS = (CHAT_ROUND, "MegaAgent: Gobang", "MegaAgent: national policy")
+"""What the agents do: the chat round of the cost experiments (on the organisation the
+controls describe), or a MegaAgent scenario of §3 (a lone boss recruits its
+organisation during the run; the controls' model, latency, seed and serial apply)."""
 
 CURVE_AGENTS = (10, 30, 100, 300, 1_000, 3_000, 10_000)
 """N values of the cost curves (those up to the chosen N, and the chosen N itself)."""
@@ -70,6 +77,9 @@ class Explorer:
             return cls(value=value, description=description, style=wide, layout=lay, **kw)
 
         self.controls: dict[str, Any] = {
+            "behaviour": w.Dropdown(
+                options=list(BEHAVIOURS), value=CHAT_ROUND, description="behaviour", style=wide, layout=lay
+            ),
             "topology": box(w.Dropdown, "topology", "organisation", options=list(TOPOLOGIES)),
             "agents": box(w.BoundedIntText, "agents", "agents N", min=1, max=1_000_000),
             "group_size": box(w.BoundedIntText, "group_size", "group size G", min=1, max=1_000_000),
@@ -101,6 +111,8 @@ class Explorer:
             "superstep": w.Button(description="Step super-step", icon="forward"),
             "finish": w.Button(description="Run to end", icon="fast-forward"),
         }
+        self.play = w.Play(value=0, min=0, max=10**9, step=1, interval=400, description="play super-steps")
+        """Steps a super-step per tick while playing; stops at the end of the run."""
         self.status = w.HTML()
         self.images = {name: w.Image(format="png") for name in ("curves", "state", "series")}
         self.figures: dict[str, Figure] = {}
@@ -114,6 +126,7 @@ class Explorer:
         self.buttons["event"].on_click(lambda _: self.step(events=1))
         self.buttons["superstep"].on_click(lambda _: self.step())
         self.buttons["finish"].on_click(lambda _: self.finish())
+        self.play.observe(lambda _: self._tick(), names="value")
         self._holding = False
         for control in self.controls.values():
             control.observe(lambda _: self._changed(), names="value")
@@ -122,7 +135,7 @@ class Explorer:
         self.widget = w.VBox(
             [
                 w.HBox([w.VBox([self.controls[n] for n in part]) for part in (names[:half], names[half:])]),
-                w.HBox(list(self.buttons.values())),
+                w.HBox([*self.buttons.values(), self.play]),
                 self.status,
                 self.images["state"],
                 self.images["series"],
@@ -140,8 +153,8 @@ class Explorer:
         picture = self.images["state"].value
         if picture:
             bundle["image/png"] = base64.b64encode(bytes(picture)).decode("ascii")
-        spec = self.spec
-        where = f"{spec.topology}, N = {spec.agents:,}" if spec is not None else "no run"
+        rt = self.runtime
+        where = f"{self.controls['behaviour'].value}, N = {rt.org.n:,}" if rt is not None else "no run"
         bundle["text/plain"] = f"Explorer ({where}; open in Jupyter for the controls)"
         return bundle
 
@@ -196,10 +209,25 @@ class Explorer:
             self._fail(str(exc))
             return
         self.spec = spec
-        self.runtime = replace(spec, runtime="sim", trace=False).build()
+        self.runtime = self._build(spec)
         self.collector = collector
         collector.advance(self.runtime)
         self._draw_run()
+
+    def _build(self, spec: RunSpec) -> SimRuntime:
+        behaviour = self.controls["behaviour"].value
+        if behaviour == CHAT_ROUND:
+            return replace(spec, runtime="sim", trace=False).build()
+        from megaactors.core.llm import LatencyModel
+        from megaactors.megaagent.scenarios import GOBANG, POLICY
+
+        scenario = {BEHAVIOURS[1]: GOBANG, BEHAVIOURS[2]: POLICY}[behaviour]
+        latency = LatencyModel(spec.latency_median_s, spec.latency_sigma, scenario.latency.per_output_token_s)
+        return scenario.but(model=spec.model, latency=latency, serial=spec.serial).runtime(spec.seed)
+
+    def _tick(self) -> None:
+        if not self.step():
+            self.play.playing = False
 
     def step(self, events: int | None = None) -> bool:
         """One event (``events=1``), ``events`` events, or one super-step; then redraw.
@@ -232,8 +260,10 @@ class Explorer:
         self._show("series", series_figure(collector.model_frame(), pd.DataFrame([{"model": spec.model}])))
         ledger = rt.ledger
         done = "finished" if rt.finished else f"next event at t = {rt.next_event_time:.3f} s"
+        behaviour = self.controls["behaviour"].value
+        what = spec.topology if behaviour == CHAT_ROUND else behaviour
         self.status.value = (
-            f"{spec.topology}, N = {rt.org.n:,}: t = {rt.now:.3f} s virtual, {rt.steps:,} events, "
+            f"{what}, N = {rt.org.n:,}: t = {rt.now:.3f} s virtual, {rt.steps:,} events, "
             f"{ledger.messages:,} messages, {ledger.llm_calls:,} LLM calls, ${ledger.cost_usd:.4f} — {done}"
         )
 
@@ -249,6 +279,9 @@ class Explorer:
 
         spec = self.current_spec()
         if spec is None:
+            return None
+        if self.controls["behaviour"].value != CHAT_ROUND:
+            self._fail("cost curves are drawn for the chat round; choose it as the behaviour")
             return None
         agents = sorted({n for n in CURVE_AGENTS if n < spec.agents} | {spec.agents})
         base = {k: [v] for k, v in replace(spec, topology="flat", trace=False).as_dict().items()}

@@ -43,8 +43,10 @@ def state_figure(
     """The organisation with agents coloured by state and only the channels that have
     carried messages so far (left; a note instead beyond ``max_drawn`` agents), and
     each agent's in-queue depth coloured by its state (right)."""
-    fig = Figure(figsize=(12, 5.6), layout="constrained")
-    left, right = fig.subplots(1, 2, width_ratios=(1.15, 1))
+    # a fixed layout: constrained layout would double the cost of every redraw
+    fig = Figure(figsize=(12, 5.6))
+    grid = fig.add_gridspec(1, 2, width_ratios=(1.15, 1), left=0.01, right=0.97, bottom=0.1, top=0.88, wspace=0.6)
+    left, right = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
     if org.n <= max_drawn:
         organisation_figure(org, states=states, traffic=traffic, ax=left)
     else:
@@ -79,7 +81,8 @@ def state_figure(
 def series_figure(model: pd.DataFrame, rows_for_prices: pd.DataFrame | None = None) -> Figure:
     """Agents Processing and messages waiting (left), and messages and dollars so far
     (right), over virtual time, one point per collection."""
-    fig = Figure(figsize=(12, 3.6), layout="constrained")
+    fig = Figure(figsize=(12, 3.6))
+    fig.subplots_adjust(left=0.06, right=0.93, bottom=0.15, top=0.83, wspace=0.3)
     left, right = fig.subplots(1, 2)
     t = model["time"]
     left.step(t, model["processing"], where="post", color=STATE_COLOURS["PROCESSING"], label="agents Processing")
