@@ -112,6 +112,12 @@ def test_large_runs_are_not_drawn_but_still_stepped() -> None:
     assert "too many to draw" in explorer.figures["state"].axes[0].texts[0].get_text()
     explorer.buttons["event"].click()
     assert len(bars(explorer)) == 500
+    explorer.set(agents=1500)  # beyond one bar per agent: an outline, Processing agents ticked
+    explorer.step(events=3)
+    queues = explorer.figures["state"].axes[1]
+    assert bars(explorer) == [] and len(queues.collections) == 1
+    ticks = queues.get_lines()[0].get_xdata()
+    assert list(ticks) == [a.id for a in explorer.runtime.agents if a.state is AgentState.PROCESSING]
 
 
 def test_an_impossible_run_is_reported_not_raised(explorer: Explorer) -> None:

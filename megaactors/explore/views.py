@@ -20,7 +20,10 @@ if TYPE_CHECKING:
 
     from megaactors.core.organisation import Organisation
 
-__all__ = ["png", "series_figure", "state_figure"]
+__all__ = ["BARS_UP_TO", "png", "series_figure", "state_figure"]
+
+BARS_UP_TO = 1_000
+"""In-queues are drawn as one bar per agent up to this N, as an outline beyond."""
 
 
 def png(fig: Figure, dpi: int = 72) -> bytes:
@@ -42,7 +45,8 @@ def state_figure(
 ) -> Figure:
     """The organisation with agents coloured by state and only the channels that have
     carried messages so far (left; a note instead beyond ``max_drawn`` agents), and
-    each agent's in-queue depth coloured by its state (right)."""
+    each agent's in-queue depth coloured by its state (right; beyond
+    :data:`BARS_UP_TO` agents an outline, with Processing agents ticked beneath)."""
     # a fixed layout: constrained layout would double the cost of every redraw
     fig = Figure(figsize=(12, 5.6))
     grid = fig.add_gridspec(1, 2, width_ratios=(1.15, 1), left=0.01, right=0.97, bottom=0.1, top=0.88, wspace=0.6)
@@ -60,8 +64,13 @@ def state_figure(
             transform=left.transAxes,
         )
     depth = np.asarray(queues, dtype=float)
-    colours = [STATE_COLOURS[AgentState(s).name] for s in states]
-    right.bar(np.arange(org.n), depth, width=1.0, color=colours, edgecolor="none")
+    if org.n <= BARS_UP_TO:
+        colours = [STATE_COLOURS[AgentState(s).name] for s in states]
+        right.bar(np.arange(org.n), depth, width=1.0, color=colours, edgecolor="none")
+    else:  # thousands of bars draw slowly: one outline, Processing agents marked beneath it
+        right.fill_between(np.arange(org.n), depth, step="mid", color="0.45", lw=0)
+        busy = np.flatnonzero(np.asarray(states) == AgentState.PROCESSING)
+        right.plot(busy, np.zeros(len(busy)), "|", color=STATE_COLOURS["PROCESSING"], ms=6)
     right.set_xlim(-0.5, org.n - 0.5)
     right.set_ylim(0, max(1.0, float(depth.max(initial=0)) * 1.1))
     right.set_xlabel("agent")
