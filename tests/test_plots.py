@@ -14,6 +14,7 @@ from matplotlib.text import Text
 
 from megaactors import PRICES, AgentState, Organisation, RunSpec, SimRuntime
 from megaactors.experiments.async_vs_threads import comparison_figure
+from megaactors.experiments.plots.common import prices_text
 from megaactors.experiments.plots import (
     METRICS,
     cost_figure,
@@ -271,6 +272,8 @@ def test_dollar_figures_name_the_model_and_its_prices(rows: pd.DataFrame) -> Non
     title = cost_figure(two, "dollars").axes[0].get_title()
     other = price_title("gpt-4o", PRICES["gpt-4o"].input_per_m, PRICES["gpt-4o"].output_per_m)
     assert expected in title and other.replace("$", r"\$") in title
+    assert prices_text(pd.DataFrame({"model": ["no-such-model"]})) == "no-such-model (price unknown)"
+    assert prices_text(pd.DataFrame({"agents": [10]})) == "model and prices not recorded"
     overridden = rows.assign(price_in=1.0, price_out=2.0)
     assert (
         r"gpt-4o-mini at \$1.00 in / \$2.00 out per M tokens" in cost_figure(overridden, "dollars").axes[0].get_title()

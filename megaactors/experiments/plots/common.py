@@ -120,6 +120,8 @@ def prices_text(df: pd.DataFrame) -> str:
     """:func:`price_title` of every model in the rows (their ``price_in`` /
     ``price_out`` columns where present, else the price table), joined by "; ", with
     each ``$`` escaped so that matplotlib does not read it as mathematics."""
+    if "model" not in df.columns or df.empty:
+        return "model and prices not recorded"
     rows = df.drop_duplicates([c for c in ("model", "price_in", "price_out") if c in df.columns])
     titles = []
     for row in rows.to_dict("records"):
