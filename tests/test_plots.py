@@ -14,7 +14,6 @@ from matplotlib.text import Text
 
 from megaactors import PRICES, AgentState, Organisation, RunSpec, SimRuntime
 from megaactors.experiments.async_vs_threads import comparison_figure
-from megaactors.experiments.plots.common import prices_text
 from megaactors.experiments.plots import (
     METRICS,
     cost_figure,
@@ -31,6 +30,7 @@ from megaactors.experiments.plots import (
     series_labels,
     timeline_figure,
 )
+from megaactors.experiments.plots.common import prices_text
 from megaactors.experiments.sweep import closed_form_messages, optimal_group_size, run_sweep
 
 
