@@ -7,8 +7,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from megaactors.experiments.sweep import plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,14 +39,3 @@ def test_small_run_figures_come_from_runs() -> None:
     texts = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
     assert "no messages, not drawn: hierarchy" in texts  # two-tier: the tree edges carry nothing
     assert "no messages, not drawn: intra-group, admin" in texts  # hierarchy: only the tree does
-
-
-def test_the_whole_job_at_small_n_draws_every_figure_in_parallel(tmp_path: Path) -> None:
-    from megaactors.experiments.progress import SweepProgress
-
-    bar = SweepProgress(enabled=False)
-    df, paths, times = experiment.run_experiment(tmp_path, [10, 30], [1, 2], 2, bar)
-    assert bar.done_runs == len(df) and bar.fraction == pytest.approx(1.0)
-    names = {p.stem for p in paths}
-    assert {"messages", "dollars", "makespan", "load_distribution", "queue_depth", "organisation"} <= names
-    assert all(p.exists() for p in paths) and 0 < times["sweep_s"] <= times["total_s"]
