@@ -64,12 +64,12 @@ def test_run_prints_a_readable_summary() -> None:
     [
         (["--agents", "0"], "agents must be an integer >= 1"),
         (["--agents", "-5"], "agents must be an integer >= 1"),
-        (["--group-size", "0"], "group size must be an integer >= 1"),
+        (["--group-size", "0"], "group_size must be an integer >= 1"),
         (["--topology", "ring"], "unknown topology 'ring'"),
         (["--topology", "hierarchy", "--fanout", "1"], "fanout must be an integer >= 2"),
         (["--runtime", "quantum"], "unknown runtime 'quantum'"),
         (["--model", "gpt-9"], "unknown model 'gpt-9'"),
-        (["--agents", "many"], "invalid int value: 'many'"),
+        (["--agents", "many"], "agents: 'many' is not an integer"),
         (["--bogus"], "unrecognized arguments: --bogus"),
     ],
 )

@@ -144,12 +144,12 @@ def test_bad_options(tmp_path: Path) -> None:
     refused(megaactors("run", "--agents", "10", "--checkpoint", db), "--run-id")
     refused(megaactors("run", "--agents", "10", "--run-id", "a"), "--checkpoint")
     refused(megaactors("run", "--agents", "10", "--checkpoint", db, "--run-id", "a", "--checkpoint-every", "0"),
-            "checkpoint every")  # fmt: skip
+            "checkpoint_every")  # fmt: skip
     refused(megaactors("run", "--agents", "10", "--checkpoint", db, "--run-id", "a", "--step-seconds", "-1"),
-            "step seconds")  # fmt: skip
+            "step_seconds")  # fmt: skip
     refused(megaactors("run", "--agents", "10", "--checkpoint", db, "--run-id", "a", "--lease", "0"), "lease")
     refused(megaactors("submit", "--db", db, "--grid", "colour=red"), "unknown parameter 'colour'")
-    refused(megaactors("submit", "--db", db, "--grid", "agents=1,x"), "'x' is not a int")
+    refused(megaactors("submit", "--db", db, "--grid", "agents=1,x"), "agents: 'x' is not an integer")
     refused(megaactors("submit", "--db", db, "--grid", "agents=0"), "agents must be")
     refused(megaactors("submit", "--db", db, "--bill", "ftp://x"), "billing url")
     refused(megaactors("worker", "--db", db, "--jobs", "0"), "jobs")

@@ -9,6 +9,7 @@ from matplotlib.patches import Rectangle
 
 from megaactors import AgentState, RunSpec
 from megaactors.experiments.plots.common import STATE_COLOURS
+from megaactors.experiments.spec import PARAMETERS
 from megaactors.explore import Explorer
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -120,10 +121,16 @@ def test_large_runs_are_not_drawn_but_still_stepped() -> None:
     assert list(ticks) == [a.id for a in explorer.runtime.agents if a.state is AgentState.PROCESSING]
 
 
+def test_controls_are_bounded_as_the_parameters_are_declared(explorer: Explorer) -> None:
+    for name in ("agents", "rounds", "fanout", "latency_sigma", "message_bytes"):
+        declared = PARAMETERS[name]
+        assert (explorer.controls[name].min, explorer.controls[name].max) == (declared.minimum, declared.maximum)
+
+
 def test_an_impossible_run_is_reported_not_raised(explorer: Explorer) -> None:
     explorer.controls["rounds"].min = -5
     explorer.controls["rounds"].value = -1
-    assert explorer.runtime is None and explorer.error == "rounds must be an integer >= 0, got -1"
+    assert explorer.runtime is None and explorer.error.startswith("rounds must be an integer >= 0")
     assert "rounds must be an integer &gt;= 0" in explorer.status.value
     explorer.buttons["event"].click()
     explorer.buttons["finish"].click()

@@ -238,7 +238,7 @@ def test_cli_runs_live_runtimes_with_a_time_scale(runtime: str) -> None:
 def test_cli_refuses_a_bad_time_scale(value: str) -> None:
     out = megaactors("run", "--runtime", "asyncio", "--time-scale", value)
     assert out.returncode == 2 and out.stdout == ""
-    assert "time scale must be a finite number > 0" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert "time_scale must be a finite number > 0" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
 def test_run_spec_passes_runtime_options_through() -> None:
@@ -414,9 +414,9 @@ def test_bench_async_vs_threads_prints_a_table() -> None:
     ("args", "needle"),
     [
         (["--calls", "0"], "calls must be an integer >= 1"),
-        (["--latency-ms", "-5"], "latency ms must be a finite number >= 0"),
+        (["--latency-ms", "-5"], "latency_ms must be a finite number >= 0"),
         (["--calls", "10000000"], "calls: threads need one thread per call"),
-        (["--calls", "x"], "invalid int value: 'x'"),
+        (["--calls", "x"], "calls: 'x' is not an integer"),
     ],
 )
 def test_bench_refuses_bad_input_with_one_line_and_exit_code_2(args: list[str], needle: str) -> None:

@@ -123,3 +123,37 @@ def test_decode_of_arbitrary_bytes_raises_only_message_error(data: bytes) -> Non
 def test_unserializable_payload_is_a_message_error() -> None:
     with pytest.raises(MessageError, match="not serializable"):
         encode(Message.of(1, 1, 2, "intra", "k", object()))
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (msgpack.packb([1, 1, 2, "intra", "k", None, None, float("inf")]), "'sent_at' must be a finite"),
+        (msgpack.packb([1, 1, 2, "intra", "k", None, None, float("nan")]), "'sent_at' must be a finite"),
+        (b"\x91" * 5000 + b"\xc0", "not a msgpack message: nested too deeply"),
+    ],
+)
+def test_decode_names_non_finite_times_and_deep_nesting(data: bytes, problem: str) -> None:
+    with pytest.raises(MessageError, match=problem):
+        decode(data)
+
+
+@given(st.binary(max_size=64), st.sampled_from(["B", "b", "c", "H", "i", "q", "d"]))
+def test_decode_reads_any_memoryview_as_its_bytes(data: bytes, fmt: str) -> None:
+    import array
+
+    size = array.array(fmt if fmt != "c" else "b").itemsize
+    padded = data + b"\x00" * (-len(data) % size)
+    view = memoryview(padded).cast(fmt)
+    try:
+        expected: object = decode(padded)
+    except MessageError as exc:
+        expected = type(exc)
+    try:
+        got: object = decode(view)
+    except MessageError as exc:
+        got = type(exc)
+    assert got == expected
+    message = Message.of(7, 1, 2, "intra", "k", ["p"], None, 1.5)
+    raw = encode(message)
+    assert decode(memoryview(raw)) == message

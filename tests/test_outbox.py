@@ -44,7 +44,12 @@ def test_killing_workers_again_and_again_charges_every_call_exactly_once(tmp_pat
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-            time.sleep(rng.uniform(0.3, 0.8))
+            # kill once this worker has charged something (a loaded machine may take seconds
+            # to start it), then a little later: mid-work whatever the machine's speed
+            started, deadline = len(billing.charges), time.monotonic() + 20
+            while len(billing.charges) == started and time.monotonic() < deadline and w.poll() is None:
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0.0, 0.4))
             before = len(billing.charges)
             w.send_signal(signal.SIGKILL)
             w.wait()

@@ -129,14 +129,14 @@ def test_failing_runs_are_dead_lettered_and_versions_are_kept_apart(tmp_path: Pa
         ).stdout
     )
     by_id = {r["run"]: r for r in listed}
-    assert by_id["broken"]["status"] == "dead" and by_id["broken"]["attempts"] == 2
+    assert by_id["broken"]["status"] == "dead" and by_id["broken"]["attempts"] == 1  # it can never succeed
     assert "unknown parameter(s) colour" in by_id["broken"]["error"]
     assert by_id["later"]["status"] == "queued" and by_id["later"]["attempts"] == 0
     assert by_id[good]["status"] == "done"
     table = subprocess.run(
         [sys.executable, "-m", "megaactors", "runs", "--db", db], capture_output=True, text=True
     ).stdout
-    assert "dead" in table and "2/2" in table and "unknown parameter" in table
+    assert "dead" in table and "1/2" in table and "unknown parameter" in table
 
 
 def test_a_sweep_submitted_as_a_grid_survives_a_crash(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -97,9 +98,9 @@ def test_a_list_of_grids_is_their_union_without_duplicates() -> None:
         ({"seeds": [1, 2]}, ParameterError, "unknown parameter(s) seeds"),
         ([], SweepError, "empty grid: no parameter sets"),
         ({"agents": []}, SweepError, "empty grid: parameter 'agents' has no values"),
-        ({"agents": [10, 0]}, ParameterError, "agents must be an integer >= 1, got 0"),
+        ({"agents": [10, 0]}, ParameterError, "agents must be an integer >= 1 and <= 1e9, got 0"),
         ({"topology": ["ring"]}, ParameterError, "unknown topology 'ring'"),
-        ({"topology": "two-tier", "group_size": ["big"]}, ParameterError, "group size must be an integer or 'optimal'"),
+        ({"topology": "two-tier", "group_size": ["big"]}, ParameterError, "group_size must be an integer or 'optimal'"),
         ({"runtime": ["quantum"]}, ParameterError, "unknown runtime 'quantum'"),
         (["agents"], SweepError, "a grid maps parameter names to lists of values"),
     ],
@@ -122,7 +123,10 @@ def test_a_row_holds_every_ledger_figure_and_the_parameters(tmp_path: Path) -> N
     spec = RunSpec(topology="two-tier", agents=60, group_size=7, seed=3, rounds=2)
     summary = spec.execute().summary()
     for name, value in spec.as_dict().items():
-        assert row[name] == value or (value is None and row[name] is None) or str(row[name]) == "<NA>", name
+        if name == "fanout" or value is None:  # a two-tier run ignores the fan-out: its cell is blank
+            assert str(row[name]) == "<NA>", name
+        else:
+            assert row[name] == value, name
     for name, value in summary.items():
         if name in ("wall_s", *spec.as_dict()):
             continue
@@ -188,16 +192,34 @@ def test_a_line_torn_by_an_interrupted_append_is_recomputed(tmp_path: Path) -> N
     assert stable(second).equals(stable(first))
 
 
-def test_an_output_directory_of_a_different_grid_is_refused(tmp_path: Path) -> None:
-    run_sweep({"topology": "star", "agents": [10, 20]}, tmp_path, workers=0, progress=False)
-    before = (tmp_path / "results.csv").read_text()
-    with pytest.raises(
-        SweepError, match=r"holds results of a different grid \(agents was \[10, 20\], now \[10, 30\]\)"
-    ):
-        run_sweep({"topology": "star", "agents": [10, 30]}, tmp_path, workers=0, progress=False)
-    with pytest.raises(SweepError, match="max messages was None, now 5"):
-        run_sweep({"topology": "star", "agents": [10, 20]}, tmp_path, workers=0, progress=False, max_messages=5)
-    assert (tmp_path / "results.csv").read_text() == before
+def test_a_wider_grid_extends_the_directory_and_keeps_its_rows(tmp_path: Path) -> None:
+    first = run_sweep({"topology": "star", "agents": [10, 20]}, tmp_path, workers=0, progress=False)
+    lines = (tmp_path / "results.csv").read_text().splitlines()
+    marked = lines[1].split(",")
+    marked[COLUMNS.index("wall_s")] = "12345.0"  # a recomputed row would lose the mark
+    (tmp_path / "results.csv").write_text("\n".join([lines[0], ",".join(marked), *lines[2:]]) + "\n")
+    wider = run_sweep({"topology": "star", "agents": [10, 20, 30]}, tmp_path, workers=0, progress=False)
+    assert list(wider["agents"]) == [10, 20, 30] and wider["wall_s"].iloc[0] == 12345.0
+    assert stable(wider.iloc[:2]).equals(stable(first))
+    # another grid in the same directory: its rows are added, the earlier ones stay
+    other = run_sweep({"topology": "hierarchy", "agents": [10]}, tmp_path, workers=0, progress=False)
+    assert len(other) == 1
+    everything = load_results(tmp_path)
+    assert sorted(zip(everything["topology"], everything["agents"], strict=True)) == [
+        ("hierarchy", 10), ("star", 10), ("star", 20), ("star", 30)
+    ]  # fmt: skip
+    grids = json.loads((tmp_path / "grid.json").read_text())["grids"]
+    assert grids == [{"topology": ["star"], "agents": [10, 20]}, {"topology": ["star"], "agents": [10, 20, 30]},
+                     {"topology": ["hierarchy"], "agents": [10]}]  # fmt: skip
+    # a smaller budget skips what no longer fits; a larger one runs it (skipped rows are decided again)
+    small = run_sweep({"topology": "star", "agents": [10, 20, 30]}, tmp_path, workers=0, progress=False,
+                      max_messages=40)  # fmt: skip
+    assert list(small["status"]) == ["ok", "ok", "ok"]  # already computed: kept
+    fresh = run_sweep({"topology": "star", "agents": [40]}, tmp_path, workers=0, progress=False, max_messages=40)
+    assert fresh["status"].iloc[0] == "skipped" and "exceed the budget of 40" in fresh["detail"].iloc[0]
+    ran = run_sweep({"topology": "star", "agents": [40]}, tmp_path, workers=0, progress=False)
+    assert ran["status"].iloc[0] == "ok"
+    assert len(load_results(tmp_path)) == 5
     (tmp_path / "grid.json").unlink()
     with pytest.raises(SweepError, match=r"grid\.json does not: not a sweep directory"):
         run_sweep({"topology": "star", "agents": [10, 20]}, tmp_path, workers=0, progress=False)
@@ -296,8 +318,8 @@ def _empty_but(**values: str) -> str:
         (lambda lines: [*lines[:2], lines[2].replace(",ok,", ",finished,"), *lines[3:]], "line 3: status 'finished'"),
         (lambda lines: [lines[0], lines[1].replace(",10,", ",ten,", 1), *lines[2:]],
          "line 2: column 'agents' is 'ten', not an integer"),
-        (lambda lines: [*lines[:3], _empty_but(topology="star", agents="30", status="ok")],
-         "line 4: column 'group_size' is empty"),
+        (lambda lines: [*lines[:3], _empty_but(topology="star", group_size="10", status="ok")],
+         "line 4: column 'agents' is empty"),
         (lambda lines: [lines[0].replace("messages,", "msgs,", 1), *lines[1:]], "line 1: not a results header"),
         (lambda lines: [], "is empty"),
         (lambda lines: ["just some text", "1,2,3"], "line 1: not a results header; missing column(s) topology"),
@@ -344,8 +366,10 @@ def test_sweep_command_writes_results_and_figures_and_resumes(tmp_path: Path) ->
     assert second.returncode == 0 and (out / "results.csv").read_text() == csv_before
     replot = megaactors("plot", str(out / "results.csv"), "--out", str(tmp_path / "again"))
     assert replot.returncode == 0 and (tmp_path / "again" / "messages.svg").exists()
-    different = megaactors(*[a if a != "10,30,100" else "10,30" for a in args])
-    assert different.returncode == 2 and "holds results of a different grid (agents was" in different.stderr
+    wider = megaactors(*[a if a != "10,30,100" else "10,30,100,200" for a in args], "--no-plots")
+    assert wider.returncode == 0, wider.stderr
+    assert "(32 runs: 28 ok, 4 skipped)" in wider.stdout
+    assert load_results(out)["wall_s"].tolist()[:3] == df["wall_s"].tolist()[:3]  # earlier rows kept as they were
 
 
 @pytest.mark.parametrize(
@@ -353,15 +377,18 @@ def test_sweep_command_writes_results_and_figures_and_resumes(tmp_path: Path) ->
     [
         (["--agents", ""], "empty grid: agents has no values"),
         (["--agents", "10,x"], "agents: 'x' is not an integer"),
-        (["--group-size", "large"], "group size: 'large' is not an integer or 'optimal'"),
+        (["--group-size", "large"], "group_size: 'large' is not an integer or 'optimal'"),
         (["--serial", "maybe"], "serial: 'maybe' is not true or false"),
-        (["--param", "colour=red"], "unknown parameter(s) colour"),
+        (["--param", "colour=red"], "unknown parameter 'colour'; known: topology, agents"),
         (["--param", "latency_sigma"], "--param expects NAME=V1,V2"),
-        (["--seeds", "1", "--param", "seed=2"], "parameter 'seed' is given twice"),
+        (["--seed", "1", "--param", "seed=2"], "parameter 'seed' is given twice"),
         (["--topology", "ring"], "unknown topology 'ring'"),
         (["--runtime", "quantum"], "unknown runtime 'quantum'"),
-        (["--max-messages", "lots"], "expected a number of messages"),
-        (["--workers", "-1"], "workers must be >= 0"),
+        (["--max-messages", "lots"], "max_messages: 'lots' is not an integer"),
+        (["--max-messages", "inf"], "max_messages: 'inf' is not an integer"),
+        (["--workers", "-1"], "workers must be an integer >= 0"),
+        (["--latency-median-s", "1,inf"], "latency_median_s must be a finite number >= 0 and <= 86400, got inf"),
+        (["--rounds", "1e30"], "rounds must be an integer >= 0 and <= 1e6, got 1e30"),
     ],
 )
 def test_sweep_command_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -372,14 +399,25 @@ def test_sweep_command_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, arg
     assert not (tmp_path / "o" / "results.csv").exists()
 
 
-def test_sweep_command_reports_failed_runs_with_exit_code_1(tmp_path: Path) -> None:
-    out = megaactors("sweep", "--topology", "star", "--agents", "10", "--param", "message_bytes=10,99999999",
-                     "--out", str(tmp_path), "-q", "--no-plots")  # fmt: skip
-    assert out.returncode == 1
-    assert "(2 runs: 1 ok, 1 error)" in out.stdout
-    assert "1 of 2 runs failed" in out.stderr and "message_bytes must be between" in out.stderr
+def test_sweep_command_reports_failed_runs_with_exit_code_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from megaactors.cli import main
+
+    code = main(["sweep", "--topology", "star", "--agents", "10", "--runtime", "sim,broken", "--out", str(tmp_path),
+                 "-q", "--no-plots"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "(2 runs: 1 ok, 1 error)" in out
+    assert "1 of 2 runs failed" in err and "boom on 10 agents" in err
     rows = list(csv.DictReader((tmp_path / "results.csv").open()))
     assert [r["status"] for r in rows] == ["ok", "error"]
+
+
+def test_old_flag_spellings_work_with_a_deprecation_line(tmp_path: Path) -> None:
+    out = megaactors("sweep", "--topology", "star", "--agents", "5", "--seeds", "1,2", "--out", str(tmp_path), "-q",
+                     "--no-plots")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip() == "megaactors: warning: --seeds is deprecated; use --seed"
+    assert list(load_results(tmp_path)["seed"]) == [1, 2]
 
 
 # ---------------------------------------------------------------------- the experiment

@@ -26,13 +26,15 @@ from megaactors.core.llm import LLMReply
 from megaactors.core.messages import ADMIN, HIERARCHY, INTRA, Batch
 from megaactors.core.organisation import Organisation
 
-__all__ = ["ChatRound", "expected_messages", "mesh_channels", "mesh_degree"]
+__all__ = ["TEXT_BYTES", "ChatRound", "expected_messages", "mesh_channels", "mesh_degree"]
 
 
 _TEXT = (
     "Status update: my part of the task is progressing; here are my findings, open "
     "questions and the dependencies I need from you before the next step can start. "
 ) * 64
+TEXT_BYTES = len(_TEXT)
+"""The most payload text a chat-round message carries (``message_bytes``)."""
 
 # state slots
 _ROUND, _GOT, _AHEAD, _TODO, _SENDERS, _EXPECTED = 0, 1, 2, 3, 4, 5
@@ -89,8 +91,8 @@ class ChatRound:
     def __init__(self, rounds: int = 1, message_bytes: int = 200, output_tokens: int | None = None) -> None:
         if rounds < 0:
             raise ValueError(f"rounds must be >= 0, got {rounds}")
-        if not 0 <= message_bytes <= len(_TEXT):
-            raise ValueError(f"message_bytes must be between 0 and {len(_TEXT)}, got {message_bytes}")
+        if not 0 <= message_bytes <= TEXT_BYTES:
+            raise ValueError(f"message_bytes must be between 0 and {TEXT_BYTES}, got {message_bytes}")
         self.rounds = rounds
         self.text = _TEXT[:message_bytes]
         self.output_tokens = output_tokens

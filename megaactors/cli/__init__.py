@@ -2,43 +2,126 @@
 
 Each module of this package that defines ``register(subparsers)`` adds one
 sub-command; ``main`` discovers them, so a new command is a new module.
+
+``main`` is the one error boundary: bad input and refusals are one line on stderr
+and exit code 2; anything else is a short "internal error" line and exit code 1
+(the traceback only with ``--debug``); every line is redacted of passwords.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import os
 import pkgutil
 import sys
-from collections.abc import Sequence
+import traceback
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
-from megaactors.cli.common import CommandError, Parser
+from megaactors.cli.common import CommandError, Parser, warn
+from megaactors.redact import redact
 
-__all__ = ["main"]
+__all__ = ["main", "user_errors"]
+
+_HELPERS = ("common", "durable_common")
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that describe the user's input or environment: one line, exit code 2
+    (imported when needed: the store's modules are not loaded for every command)."""
+    from megaactors.core.messages import MessageError
+    from megaactors.core.organisation import OrganisationError
+    from megaactors.durable.billing import BillingError
+    from megaactors.durable.store import StoreError
+    from megaactors.errors import ParameterError
+    from megaactors.experiments.result_rows import SweepError
+
+    return (CommandError, ParameterError, StoreError, SweepError, BillingError, MessageError, OrganisationError)
 
 
 def build_parser() -> Parser:
     parser = Parser(prog="megaactors", description="Build, run and measure MegaAgent-style multi-agent systems.")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name == "common":
+        if info.name in _HELPERS:
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         register = getattr(module, "register", None)
         if register is not None:
             register(sub)
+    for command in sub.choices.values():  # --debug also after the command
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit code (2 for bad input)."""
+    """Run the command line; return the exit code (2 for bad input, 1 for an
+    internal error)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    with _warnings_as_lines():
+        try:
+            code = int(args.handler(args) or 0)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+            return code
+        except KeyboardInterrupt:
+            print("megaactors: interrupted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:  # the reader went away (``| head``): nothing more to say
+            _drop_stdout()
+            return 141
+        except MemoryError:
+            print("megaactors: error: out of memory (ask for fewer agents or rounds)", file=sys.stderr)
+            return 2
+        except OSError as exc:  # a file, disk or permission problem of the user's environment
+            _line("error", exc)
+            return 2
+        except Exception as exc:
+            if isinstance(exc, user_errors()):
+                _line("error", exc)
+                return 2
+            if args.debug:
+                print(redact(traceback.format_exc()), file=sys.stderr, end="")
+            hint = "" if args.debug else " (--debug shows the traceback)"
+            _line("internal error", exc, f"; please report it{hint}")
+            return 1
+
+
+def _line(kind: str, exc: BaseException, suffix: str = "") -> None:
+    text = " ".join(str(exc).split())
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename else ""
+        text = f"{where}{exc.strerror}"
+    if kind != "error":
+        text = f"{type(exc).__name__}: {text}"
+    print(redact(f"megaactors: {kind}: {text}{suffix}"), file=sys.stderr, flush=True)
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush finds no broken pipe."""
     try:
-        return int(args.handler(args) or 0)
-    except CommandError as exc:
-        print(f"megaactors: error: {exc}", file=sys.stderr)
-        return 2
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+@contextmanager
+def _warnings_as_lines() -> Iterator[None]:
+    """Library warnings (deprecations, dropped duplicate rows) as one line each."""
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        warn(str(message))
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 if __name__ == "__main__":

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from typing import Any
 
-from megaactors.cli.common import CommandError, Parser
+from megaactors.cli.common import CommandError, Parser, add_param
+from megaactors.validation import Param
 
-__all__ = ["register"]
+__all__ = ["CALLS", "LATENCY_MS", "register"]
+
+
+CALLS = Param("calls", int, "concurrent calls N", minimum=1, maximum=10**8, short="-n")
+LATENCY_MS = Param("latency_ms", float, "latency of each call", unit="ms", minimum=0, maximum=3_600_000, short="-l")
 
 
 def register(sub: Any) -> None:
@@ -25,8 +29,8 @@ def register(sub: Any) -> None:
     q = benches.add_parser(
         "async-vs-threads", help="N concurrent simulated LLM calls on asyncio tasks and on pykka threads"
     )
-    q.add_argument("--calls", "-n", type=int, default=500, help="concurrent calls N (default %(default)s)")
-    q.add_argument("--latency-ms", "-l", type=float, default=50.0, help="latency of each call (default %(default)s)")
+    add_param(q, CALLS, default=500)
+    add_param(q, LATENCY_MS, default=50.0)
     q.add_argument("--json", action="store_true", help='print {"asyncio": {...}, "threads": {...}}')
     q.set_defaults(handler=handle_async_vs_threads)
 
@@ -35,10 +39,6 @@ def handle_async_vs_threads(args: argparse.Namespace) -> int:
     from megaactors.experiments.async_vs_threads import compare, format_comparison
     from megaactors.runtime.threads import thread_capacity
 
-    if args.calls < 1:
-        raise CommandError(f"calls must be an integer >= 1, got {args.calls}")
-    if not (math.isfinite(args.latency_ms) and args.latency_ms >= 0):
-        raise CommandError(f"latency ms must be a finite number >= 0, got {args.latency_ms}")
     capacity = thread_capacity()["capacity"]
     if args.calls > capacity:  # type: ignore[operator]
         raise CommandError(f"calls: threads need one thread per call and this machine can start {capacity:,} more")

@@ -1,5 +1,5 @@
 """What the durable sub-commands share: opening a store, durable options, tables,
-and running a checkpointed run under a lease."""
+budgets, and running a checkpointed run under a lease."""
 
 from __future__ import annotations
 
@@ -9,23 +9,42 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from megaactors.cli.common import CommandError
+from megaactors.cli.common import CommandError, add_param
+from megaactors.experiments.budget import MAX_AGENTS, MAX_MESSAGES, Budget
+from megaactors.redact import redact
+from megaactors.validation import Param
 
 __all__ = [
-    "SUPER_STEP_HELP",
+    "LEASE",
+    "RUN_ID",
+    "add_budget_options",
     "add_durable_options",
     "add_lease_option",
     "add_store_option",
+    "check_budget",
     "execute_under_lease",
     "open_for",
     "options_from_args",
     "table",
 ]
 
-SUPER_STEP_HELP = (
-    "A super-step runs every event (LLM reply, finished tool call, and the deliveries and new batches they "
-    "cause) in the next window of --step-seconds of virtual time that holds one; super-step 0 is the start."
+LEASE = Param(
+    "lease", float, "lease length; the holder renews it every third of it", unit="s", minimum=0.1, maximum=86_400
 )
+CHECKPOINT_EVERY = Param("checkpoint_every", int, "checkpoint every N super-steps", minimum=1, maximum=10**9)
+STEP_SECONDS = Param(
+    "step_seconds",
+    float,
+    "virtual seconds per super-step window. A super-step runs every event (LLM reply, finished tool call, and "
+    "the deliveries and new batches they cause) in the next window of this width that holds one; super-step 0 "
+    "is the start",
+    unit="s",
+    minimum=0,
+    above_minimum=True,
+    maximum=86_400,
+)
+RUN_ID = Param("run_id", str, "id of the run")
+_RUN_ID_CHARS = 200
 
 
 def add_store_option(parser: argparse.ArgumentParser, *, primary: str = "--db") -> None:
@@ -37,77 +56,81 @@ def add_store_option(parser: argparse.ArgumentParser, *, primary: str = "--db") 
 
 
 def add_lease_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--lease",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="lease length; the holder renews it every third of it (default %(default)s)",
-    )
+    add_param(parser, LEASE, default=30.0)
+
+
+def add_budget_options(parser: argparse.ArgumentParser) -> None:
+    """``--max-agents`` and ``--max-messages``: runs over them are refused."""
+    add_param(parser, MAX_AGENTS)
+    add_param(parser, MAX_MESSAGES)
+
+
+def check_budget(args: argparse.Namespace, specs: Sequence[Any]) -> None:
+    """Refuse (one line, with the estimate) if a spec does not fit the budget."""
+    budget = Budget.machine(args.max_agents, args.max_messages)
+    for spec in specs:
+        refusal = budget.refusal(spec)
+        if refusal:
+            raise CommandError(f"run refused: {refusal}")
 
 
 def add_durable_options(parser: argparse.ArgumentParser, *, with_store: bool) -> None:
     """Options of a checkpointed run (``with_store``: also ``--checkpoint DB --run-id ID``)."""
     if with_store:
         parser.add_argument("--checkpoint", "--db", dest="db", metavar="DB", help="checkpoint into this store")
-        parser.add_argument("--run-id", help="id of the checkpointed run (with --checkpoint)")
-    parser.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=1,
-        metavar="K",
-        help=f"checkpoint every K super-steps (default %(default)s). {SUPER_STEP_HELP}",
-    )
-    parser.add_argument(
-        "--step-seconds",
-        type=float,
-        default=1.0,
-        metavar="W",
-        help="virtual seconds per super-step window (default %(default)s)",
-    )
+        parser.add_argument("--run-id", type=run_id, help="id of the checkpointed run (with --checkpoint)")
+    add_param(parser, CHECKPOINT_EVERY, default=1)
+    add_param(parser, STEP_SECONDS, default=1.0)
     parser.add_argument("--bill", metavar="URL", help="charge every LLM call to this billing service (outbox)")
     add_lease_option(parser)
+    add_budget_options(parser)
+
+
+def run_id(text: str) -> str:
+    """A run id: 1 to 200 printable characters without spaces (argparse type)."""
+    if not text or len(text) > _RUN_ID_CHARS or not text.isprintable() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(
+            f"a run id is 1 to {_RUN_ID_CHARS} printable characters without spaces, got {text!r}"
+        )
+    return text
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
     from megaactors.durable import DurableOptions
-    from megaactors.experiments.spec import ParameterError
 
-    try:
-        return DurableOptions(checkpoint_every=args.checkpoint_every, step_s=args.step_seconds, billing_url=args.bill)
-    except ParameterError as exc:
-        raise CommandError(str(exc)) from exc
-
-
-def check_lease(seconds: float) -> float:
-    if not seconds > 0:
-        raise CommandError(f"lease must be > 0 seconds, got {seconds}")
-    return seconds
+    return DurableOptions(checkpoint_every=args.checkpoint_every, step_s=args.step_seconds, billing_url=args.bill)
 
 
 def open_for(target: str, *, create: bool = False, readonly: bool = False) -> Any:
-    """Open a store; every store problem becomes a one-line :class:`CommandError`."""
-    from megaactors.durable import StoreError, open_store
+    """Open a store; every store problem becomes a one-line error naming it."""
+    from megaactors.durable import open_store
 
-    try:
-        return open_store(target, create=create, readonly=readonly)
-    except StoreError as exc:
-        raise CommandError(str(exc)) from exc
+    return open_store(target, create=create, readonly=readonly)
 
 
 def execute_under_lease(store: Any, lease: Any, spec: Any, options: Any, lease_s: float) -> dict[str, Any]:
-    """Run (or resume) a claimed run to its end under a heartbeat; return its summary."""
-    from megaactors.durable import Heartbeat, StoreError, run_durable
+    """Run (or resume) a claimed run to its end under a heartbeat; return its summary.
+    A run that fails gives its claim back (queued again, or dead after its last
+    attempt) and the failure is one line naming what became of the run."""
+    from megaactors.durable import FencingError, Heartbeat, run_durable
     from megaactors.durable.outbox import settle_compensations
 
-    try:
-        with Heartbeat(store, lease, lease_s) as heartbeat:
+    with Heartbeat(store, lease, lease_s) as heartbeat:
+        try:
             result = run_durable(store, lease, spec, options, lost=lambda: heartbeat.lost)
             summary = result.summary()
             store.finish(lease, summary)
-        settle_compensations(store, run_id=lease.run_id)
-    except StoreError as exc:
-        raise CommandError(str(exc)) from exc
+        except FencingError:
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            try:
+                status = store.fail(lease, error)
+            except Exception:  # the store itself is failing: the lease runs out instead
+                raise exc from None
+            became = "dead (no attempts left)" if status == "dead" else "queued again"
+            raise CommandError(f"run {lease.run_id!r} failed and is {became}: {error}") from exc
+    settle_compensations(store, run_id=lease.run_id)
     return summary
 
 
@@ -130,31 +153,30 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True)
-    text = str(value).replace("\n", " ")
+        return redact(json.dumps(value, sort_keys=True))
+    text = redact(str(value).replace("\n", " "))
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 def run_checkpointed(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     """``megaactors run --checkpoint DB --run-id ID``: a new run, checkpointed as it goes."""
     from megaactors import __version__
-    from megaactors.durable import StoreError, owner_id
+    from megaactors.durable import RunExistsError, owner_id
 
     if not args.db or not args.run_id:
         raise CommandError("a checkpointed run needs both --checkpoint DB and --run-id ID")
     if spec.runtime != "sim":
         raise CommandError(f"checkpointed runs use the sim runtime, not {spec.runtime!r}")
     options = options_from_args(args)
-    lease_s = check_lease(args.lease)
     store = open_for(args.db, create=True)
     try:
         try:
-            lease = store.create_run(
-                args.run_id, spec.as_dict(), options.as_dict(), version=__version__, owner=owner_id(), lease_s=lease_s
-            )
-        except StoreError as exc:
-            hint = f"; continue it with: megaactors resume --checkpoint {args.db} --run-id {args.run_id}"
-            raise CommandError(str(exc) + (hint if "already exists" in str(exc) else "")) from exc
-        return execute_under_lease(store, lease, spec, options, lease_s)
+            owner, params, opts = owner_id(), spec.as_dict(), options.as_dict()
+            lease = store.create_run(args.run_id, params, opts, version=__version__, owner=owner, lease_s=args.lease)
+        except RunExistsError as exc:
+            raise CommandError(
+                f"{exc}; continue it with: megaactors resume --checkpoint {redact(args.db)} --run-id {args.run_id}"
+            ) from exc
+        return execute_under_lease(store, lease, spec, options, args.lease)
     finally:
         store.close()

@@ -6,8 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from megaactors.cli.common import CommandError
-from megaactors.cli.durable_common import SUPER_STEP_HELP, add_store_option, open_for, table
+from megaactors.cli.durable_common import add_store_option, open_for, run_id, table
 
 __all__ = ["register"]
 
@@ -30,22 +29,18 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "history",
         help="list a run's checkpointed super-steps",
-        description=f"One row per checkpoint: step, parent, full or delta, size and ledger totals. {SUPER_STEP_HELP}",
+        description="One row per checkpointed super-step (see --step-seconds in `megaactors run --help`): step, "
+        "parent, full or delta, size and ledger totals.",
     )
     add_store_option(p)
-    p.add_argument("--run-id", required=True, help="the run")
+    p.add_argument("--run-id", required=True, type=run_id, help="the run")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    from megaactors.durable import StoreError
-
     with open_for(args.db, readonly=True) as store:
-        try:
-            checkpoints = store.list(args.run_id)
-        except StoreError as exc:
-            raise CommandError(str(exc)) from exc
+        checkpoints = store.list(args.run_id)
     rows = [
         {
             "step": c.step,

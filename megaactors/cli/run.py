@@ -8,42 +8,52 @@ import json
 import sys
 from typing import Any
 
-from megaactors.cli.common import CommandError, add_run_options, spec_from_args
-from megaactors.cli.durable_common import add_durable_options, run_checkpointed
+from megaactors.cli.common import CommandError, add_param, add_run_options, spec_from_args
+from megaactors.cli.durable_common import add_durable_options, check_budget, run_checkpointed
 from megaactors.experiments.collector import CollectorError, DataCollector, check_output_path
-from megaactors.experiments.spec import ParameterError, RunSpec
+from megaactors.experiments.spec import RunSpec
 from megaactors.runtime import RUNTIMES
+from megaactors.validation import Param
 
-__all__ = ["format_summary", "register"]
+__all__ = ["COLLECT", "COLLECT_EVERY", "TIME_SCALE", "format_summary", "register"]
+
+COLLECT = Param(
+    "collect",
+    str,
+    "write the run's series per super-step to this file (.csv or .parquet; the agents' beside it as NAME.agents.EXT)",
+)
+COLLECT_EVERY = Param(
+    "collect_every",
+    int,
+    "with --collect: collect every N events instead of every super-step (--step-seconds)",
+    minimum=1,
+    maximum=10**12,
+)
+
+TIME_SCALE = Param(
+    "time_scale",
+    float,
+    "live runtimes: wall seconds per virtual second (default: the runtime's)",
+    minimum=0,
+    above_minimum=True,
+    maximum=1e6,
+)
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("run", help="run a chat round on an organisation and report its cost")
     add_run_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument(
-        "--time-scale",
-        type=float,
-        default=None,
-        help="live runtimes: wall seconds per virtual second (default: the runtime's)",
-    )
-    p.add_argument(
-        "--collect",
-        metavar="PATH",
-        help="write the run's series per super-step to PATH (.csv or .parquet; agents beside it as NAME.agents.EXT)",
-    )
-    p.add_argument(
-        "--collect-every",
-        type=int,
-        metavar="EVENTS",
-        help="with --collect: collect every EVENTS events instead of every super-step (--step-seconds)",
-    )
+    add_param(p, TIME_SCALE)
+    add_param(p, COLLECT)
+    add_param(p, COLLECT_EVERY)
     add_durable_options(p, with_store=True)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
+    check_budget(args, [spec])
     if args.collect is not None or args.collect_every is not None:
         summary = run_collected(args, spec)
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
@@ -53,15 +63,9 @@ def handle(args: argparse.Namespace) -> int:
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
     options: dict[str, Any] = {}
-    if args.time_scale is not None:
-        if not 0 < args.time_scale < float("inf"):
-            raise CommandError(f"time scale must be a finite number > 0, got {args.time_scale}")
-        if "time_scale" in inspect.signature(RUNTIMES[spec.runtime]).parameters:
-            options["time_scale"] = args.time_scale
-    try:
-        summary = spec.execute(**options).summary()
-    except ParameterError as exc:
-        raise CommandError(str(exc)) from exc
+    if args.time_scale is not None and "time_scale" in inspect.signature(RUNTIMES[spec.runtime]).parameters:
+        options["time_scale"] = args.time_scale
+    summary = spec.execute(**options).summary()
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     return 0
 
@@ -75,8 +79,6 @@ def run_collected(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
         raise CommandError("--collect does not combine with --checkpoint/--run-id")
     if spec.runtime != "sim":
         raise CommandError(f"--collect steps the run in the simulation; got --runtime {spec.runtime}")
-    if args.collect_every is not None and args.collect_every < 1:
-        raise CommandError(f"--collect-every must be an integer >= 1, got {args.collect_every}")
     try:
         check_output_path(args.collect)
         collector = DataCollector(step_s=args.step_seconds, every_events=args.collect_every)

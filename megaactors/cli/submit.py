@@ -3,22 +3,45 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
+import math
+from collections.abc import Sequence
 from typing import Any
 
-from megaactors.cli.common import CommandError, add_run_options, spec_from_args
-from megaactors.cli.durable_common import add_durable_options, add_store_option, new_run_id, open_for, options_from_args
+from megaactors.cli.common import (
+    CommandError,
+    add_param,
+    add_run_options,
+    parameter_list,
+    parse_assignment,
+    spec_from_args,
+)
+from megaactors.cli.durable_common import (
+    add_durable_options,
+    add_store_option,
+    check_budget,
+    new_run_id,
+    open_for,
+    options_from_args,
+    run_id,
+)
+from megaactors.validation import Param
 
-__all__ = ["register"]
+__all__ = ["MAX_ATTEMPTS", "grid_specs", "register"]
+
+MAX_GRID_RUNS = 100_000
+MAX_ATTEMPTS = Param("max_attempts", int, "claims before a failing run is dead", minimum=1, maximum=1000)
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "submit",
         help="queue runs for `megaactors worker` (a sweep that survives crashes)",
-        description="Queue one run, or with --grid the product of several values, for workers to claim.",
+        description="Queue one run, or with --grid the product of several values, for workers to claim. "
+        "Queued runs use the sim runtime; runs over the budget are refused here, before anything is queued.",
+        epilog=parameter_list(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_store_option(p)
     add_run_options(p)
@@ -30,75 +53,61 @@ def register(sub: Any) -> None:
         metavar="NAME=V1,V2",
         help="vary a run parameter over values (repeatable: the runs are the product)",
     )
-    p.add_argument("--run-id", help="id of the run (with --grid: the prefix of numbered ids)")
-    p.add_argument("--max-attempts", type=int, default=3, help="claims before a failing run is dead (default 3)")
+    p.add_argument("--run-id", type=run_id, help="id of the run (with --grid: the prefix of numbered ids)")
+    add_param(p, MAX_ATTEMPTS, default=3)
     p.add_argument("--json", action="store_true", help="print the run ids as a JSON list")
     p.set_defaults(handler=handle)
 
 
-def _parse(field: dataclasses.Field[Any], text: str) -> Any:
-    kind = str(field.type)
-    if text.lower() in ("none", "null") and "None" in kind:
-        return None
-    try:
-        if kind.startswith("bool"):
-            if text.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(text)
-            return text.lower() in ("true", "1")
-        if kind.startswith("int"):
-            return int(text)
-        if kind.startswith("float"):
-            return float(text)
-    except ValueError as exc:
-        raise CommandError(f"--grid {field.name}: {text!r} is not a {kind.split(' ')[0]}") from exc
-    return text
-
-
-def grid_specs(base: Any, grids: list[str]) -> list[Any]:
+def grid_specs(base: Any, grids: Sequence[str], option: str = "--grid") -> list[Any]:
     """The product of ``NAME=V1,V2`` grids applied to a base :class:`RunSpec`."""
-    from megaactors.experiments.spec import ParameterError, RunSpec
+    from megaactors.experiments.spec import RunSpec
 
-    fields = {f.name: f for f in dataclasses.fields(RunSpec)}
-    axes: list[tuple[str, list[Any]]] = []
+    axes: dict[str, list[Any]] = {}
     for g in grids:
-        name, sep, values = g.partition("=")
-        name = name.strip().replace("-", "_")
-        if not sep or not values:
-            raise CommandError(f"--grid expects NAME=V1,V2, got {g!r}")
-        if name not in fields:
-            raise CommandError(f"--grid: unknown parameter {name!r}; known: {', '.join(sorted(fields))}")
-        if any(name == n for n, _ in axes):
-            raise CommandError(f"--grid: parameter {name!r} given twice")
-        axes.append((name, [_parse(fields[name], v.strip()) for v in values.split(",")]))
+        param, values = parse_assignment(g, option)
+        if param.name in axes:
+            raise CommandError(f"{option}: parameter {param.name!r} given twice")
+        axes[param.name] = values
+    count = math.prod(len(v) for v in axes.values())
+    if count > MAX_GRID_RUNS:
+        raise CommandError(f"{option}: the grid makes {count:,} runs; at most {MAX_GRID_RUNS:,} at once")
     specs = []
-    for combo in itertools.product(*(values for _, values in axes)):
-        try:
-            specs.append(dataclasses.replace(base, **dict(zip((n for n, _ in axes), combo, strict=True))))
-        except ParameterError as exc:
-            raise CommandError(str(exc)) from exc
+    for combo in itertools.product(*axes.values()):
+        specs.append(RunSpec.from_dict({**base.as_dict(), **dict(zip(axes, combo, strict=True))}))
     return specs
 
 
 def handle(args: argparse.Namespace) -> int:
-    from megaactors.durable import RunQueue, StoreError
+    from megaactors.durable import RunQueue
 
-    if args.max_attempts < 1:
-        raise CommandError(f"max attempts must be >= 1, got {args.max_attempts}")
     spec = spec_from_args(args)
-    if spec.runtime != "sim":
-        raise CommandError(f"queued runs use the sim runtime, not {spec.runtime!r}")
     options = options_from_args(args)
     specs = grid_specs(spec, args.grid)
+    other = sorted({s.runtime for s in specs} - {"sim"})
+    if other:
+        raise CommandError(f"queued runs use the sim runtime, not {', '.join(map(repr, other))}")
+    check_budget(args, specs)
     if args.run_id and len(specs) > 1:
         ids = [f"{args.run_id}-{i}" for i in range(len(specs))]
     else:
         ids = [args.run_id or new_run_id()] if len(specs) == 1 else [new_run_id() for _ in specs]
     with open_for(args.db, create=True) as store:
+        taken = [rid for rid in ids if _exists(store, rid)]
+        if taken:  # refused before anything is queued
+            raise CommandError(f"run {taken[0]!r} already exists in {args.db}; choose another --run-id")
         queue = RunQueue(store)
-        try:
-            for run_id, s in zip(ids, specs, strict=True):
-                queue.submit(s, options.as_dict(), run_id=run_id, max_attempts=args.max_attempts)
-        except StoreError as exc:
-            raise CommandError(str(exc)) from exc
+        for rid, s in zip(ids, specs, strict=True):
+            queue.submit(s, options.as_dict(), run_id=rid, max_attempts=args.max_attempts)
     print(json.dumps(ids) if args.json else "\n".join(ids))
     return 0
+
+
+def _exists(store: Any, run_id: str) -> bool:
+    from megaactors.durable import UnknownRunError
+
+    try:
+        store.get_run(run_id)
+    except UnknownRunError:
+        return False
+    return True

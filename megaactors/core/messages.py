@@ -8,6 +8,7 @@ arithmetic. The tests check that arithmetic against the real encoder.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import Any, overload
@@ -238,9 +239,14 @@ def encode(msg: Message) -> bytes:
         raise MessageError(f"message {msg.id}: payload is not serializable: {exc}") from exc
 
 
-def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
-    """Decode untrusted bytes into a :class:`Message`, validating every field."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
+def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
+    """Decode untrusted bytes into a :class:`Message`, validating every field (a
+    memoryview of any item size or layout is read as its bytes)."""
+    if isinstance(data, memoryview):
+        if data.nbytes > max_bytes:
+            raise MessageError(f"message of {data.nbytes} bytes exceeds the cap of {max_bytes} bytes")
+        data = data.tobytes()
+    if not isinstance(data, (bytes, bytearray)):
         raise MessageError(f"expected bytes, got {type(data).__name__}")
     if len(data) > max_bytes:
         raise MessageError(f"message of {len(data)} bytes exceeds the cap of {max_bytes} bytes")
@@ -255,8 +261,10 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
         )
     except msgpack.ExtraData as exc:
         raise MessageError("trailing bytes after the message") from exc
+    except msgpack.StackError as exc:
+        raise MessageError("not a msgpack message: nested too deeply") from exc
     except (ValueError, msgpack.UnpackException, TypeError) as exc:
-        raise MessageError(f"not a msgpack message: {exc}") from exc
+        raise MessageError(f"not a msgpack message: {str(exc) or type(exc).__name__}") from exc
     if not isinstance(raw, list):
         raise MessageError(f"envelope must be an array of {len(_FIELDS)} fields, got {type(raw).__name__}")
     if len(raw) != len(_FIELDS):
@@ -273,8 +281,8 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
         raise MessageError(f"field 'kind' must be a non-empty string, got {kind!r}")
     if parent is not None and (type(parent) is not int or parent < 0):
         raise MessageError(f"field 'parent' must be a non-negative integer or nil, got {parent!r}")
-    if type(sent_at) not in (float, int) or sent_at != sent_at or sent_at < 0:
-        raise MessageError(f"field 'sent_at' must be a non-negative number, got {sent_at!r}")
+    if type(sent_at) not in (float, int) or not 0 <= sent_at < math.inf:
+        raise MessageError(f"field 'sent_at' must be a finite non-negative number, got {sent_at!r}")
     overhead = len(data) - int_size(mid) - int_size(recipient)
     packet = Packet(sender, channel, kind, payload, parent, float(sent_at), mid, (recipient,), overhead)
     return Message(mid, recipient, packet)

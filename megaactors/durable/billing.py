@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import threading
 import time
 import urllib.error
@@ -25,7 +26,17 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["BillingError", "BillingService", "charge", "ledger", "refund"]
+from megaactors.redact import redact
+
+__all__ = ["MAX_BODY_BYTES", "BillingError", "BillingService", "charge", "ledger", "refund"]
+
+MAX_BODY_BYTES = 1 << 16
+"""Largest request body the service reads."""
+
+
+def _refuse_constant(name: str) -> Any:
+    """JSON's ``NaN`` and ``Infinity`` are not amounts (nor anything else here)."""
+    raise ValueError(f"{name} is not valid JSON")
 
 
 class BillingError(RuntimeError):
@@ -68,12 +79,21 @@ class BillingService:
             def do_POST(self) -> None:
                 try:
                     length = int(self.headers.get("Content-Length", 0))
+                except ValueError:
+                    length = -1
+                if not 0 <= length <= MAX_BODY_BYTES:  # never read an unbounded or negative length
+                    self.close_connection = True
+                    self._reply(400, {"error": f"Content-Length must be 0 to {MAX_BODY_BYTES} bytes"})
+                    return
+                try:
                     raw = self.rfile.read(length)
                     if len(raw) != length:  # the client went away mid-request: nothing happened
                         self.close_connection = True
                         return
-                    body = json.loads(raw or b"{}")
+                    body = json.loads(raw or b"{}", parse_constant=_refuse_constant)
                     key = self.headers.get("Idempotency-Key") or body["key"]
+                    if not isinstance(key, str) or not key:
+                        raise TypeError(key)
                 except (ValueError, KeyError, TypeError):
                     self._reply(400, {"error": "a JSON body with a key is required"})
                     return
@@ -110,8 +130,8 @@ class BillingService:
 
     def _charge(self, key: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         amount = body.get("amount_usd")
-        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
-            return 400, {"error": f"a charge needs a non-negative amount_usd, got {amount!r}"}
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not 0 <= amount < math.inf:
+            return 400, {"error": f"a charge needs a finite non-negative amount_usd, got {amount!r}"}
         with self._lock:
             self.requests[key] = self.requests.get(key, 0) + 1
             if self.fail_next > 0:
@@ -174,12 +194,12 @@ def _post(url: str, key: str, body: dict[str, Any], *, attempts: int = 8, timeou
         except urllib.error.HTTPError as exc:
             last = f"HTTP {exc.code}: {exc.read()[:200].decode(errors='replace')}"
             if exc.code < 500:
-                raise BillingError(f"{url}: {last}") from exc
+                raise BillingError(redact(f"{url}: {last}")) from exc
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
             last = str(exc)
         time.sleep(delay)
         delay = min(delay * 2, 2.0)
-    raise BillingError(f"{url}: gave up after {attempts} attempts: {last}")
+    raise BillingError(redact(f"{url}: gave up after {attempts} attempts: {last}"))
 
 
 def charge(base_url: str, key: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from megaactors.durable import billing
 from megaactors.durable.store import CheckpointStore, Compensation, Lease, StoreError
+from megaactors.redact import redact
 
 __all__ = ["Outbox", "settle_compensations"]
 
@@ -77,8 +78,10 @@ class Outbox:
             self.store.add_compensation(self.lease.run_id, key, self.lease.fence, reason, result)
         except StoreError as exc:  # the database is gone too: say so loudly, lose nothing silently
             print(
-                f"megaactors: side effect {key!r} of run {self.lease.run_id!r} happened ({result!r}) but neither "
-                f"its result nor a compensation could be recorded: {exc}",
+                redact(
+                    f"megaactors: side effect {key!r} of run {self.lease.run_id!r} happened ({result!r}) but neither "
+                    f"its result nor a compensation could be recorded: {exc}"
+                ),
                 file=sys.stderr,
             )
 

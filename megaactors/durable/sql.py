@@ -25,6 +25,7 @@ from megaactors.durable.store import (
     UnknownRunError,
     VersionMismatchError,
 )
+from megaactors.redact import redact
 
 __all__ = ["SQLStore", "schema"]
 
@@ -255,7 +256,7 @@ class SQLStore(CheckpointStore):
     def get_run(self, run_id: str) -> RunRecord:
         row = self._one(f"SELECT {_RUN_COLUMNS}, {{NOW}} FROM megaactors_runs WHERE run_id = ?", (run_id,))
         if row is None:
-            raise UnknownRunError(f"no run {run_id!r} in {self.target}")
+            raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")
         return self._row_to_run(row, row[17])
 
     def list_runs(self, status: str | None = None) -> list[RunRecord]:
@@ -272,7 +273,7 @@ class SQLStore(CheckpointStore):
                 (run_id,),
             )
             if row is None:
-                raise UnknownRunError(f"no run {run_id!r} in {self.target}")
+                raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")
             status, holder, expires, run_version, now = row
             if run_version != version:
                 raise VersionMismatchError(
@@ -332,13 +333,13 @@ class SQLStore(CheckpointStore):
                 (_json(result), lease.run_id),
             )
 
-    def fail(self, lease: Lease, error: str) -> str:
+    def fail(self, lease: Lease, error: str, *, final: bool = False) -> str:
         with self._write():
             self._fenced(lease)
             attempts, max_attempts = self._one(
                 "SELECT attempts, max_attempts FROM megaactors_runs WHERE run_id = ?", (lease.run_id,)
             )
-            status = "dead" if attempts >= max_attempts else "queued"
+            status = "dead" if final or attempts >= max_attempts else "queued"
             self._run(
                 "UPDATE megaactors_runs SET status = ?, error = ?, lease_expires = NULL, updated_at = {NOW} "
                 "WHERE run_id = ?",
@@ -363,7 +364,7 @@ class SQLStore(CheckpointStore):
                 (reason, run_id),
             )
         if not n:
-            raise UnknownRunError(f"no run {run_id!r} in {self.target}")
+            raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -414,7 +415,7 @@ class SQLStore(CheckpointStore):
 
     def _known(self, run_id: str) -> None:
         if self._one("SELECT 1 FROM megaactors_runs WHERE run_id = ?", (run_id,)) is None:
-            raise UnknownRunError(f"no run {run_id!r} in {self.target}")
+            raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")
 
     def latest(self, run_id: str) -> CheckpointRecord | None:
         self._known(run_id)

@@ -14,7 +14,9 @@ left exactly as it was.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,13 +32,37 @@ READ_TIMEOUT_S = 5.0
 """Readers rarely wait in WAL mode; only a writer frozen mid-commit makes them."""
 
 
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection. On read-only media (a directory or file this process
+    cannot write) SQLite cannot make the shared-memory file a WAL database needs, so
+    the file is opened as immutable instead: nothing can change it anyway."""
+    uri = path.resolve().as_uri()
+    try:
+        con = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=READ_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot open: {exc}") from exc
+    try:
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return con
+    except sqlite3.OperationalError:
+        con.close()
+        if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK):
+            raise
+    try:
+        return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=READ_TIMEOUT_S, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: cannot open read-only: {exc}") from exc
+
+
 def _inspect(path: Path) -> bool:
     """Check ``path`` read-only; return True if it already holds a megaactors store,
     False if it is an empty database; raise if it is anything else."""
     try:
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=READ_TIMEOUT_S)
-    except sqlite3.Error as exc:
-        raise StoreError(f"{path}: cannot open: {exc}") from exc
+        con = _connect_readonly(path)
+    except sqlite3.OperationalError as exc:
+        raise StoreError(f"{path}: cannot read: {exc}") from exc
+    except sqlite3.DatabaseError as exc:
+        raise CorruptStoreError(f"{path} is not a megaactors checkpoint database ({exc})") from exc
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not tables:
@@ -45,6 +71,8 @@ def _inspect(path: Path) -> bool:
             shown = ", ".join(sorted(tables)[:5])
             raise CorruptStoreError(f"{path} is an SQLite database of another application (tables: {shown})")
         meta = dict(con.execute("SELECT key, value FROM megaactors_meta"))
+    except sqlite3.OperationalError as exc:  # locked, unreadable: not a verdict on the file
+        raise StoreError(f"{path}: cannot read: {exc}") from exc
     except sqlite3.DatabaseError as exc:
         raise CorruptStoreError(f"{path} is not a megaactors checkpoint database ({exc})") from exc
     finally:
@@ -73,6 +101,8 @@ class SQLiteStore(SQLStore):
         self.readonly = readonly
         if self.path.is_dir():
             raise StoreError(f"{path} is a directory, not a checkpoint database")
+        if self.path.exists() and not stat.S_ISREG(self.path.stat().st_mode):  # a FIFO would block the open
+            raise StoreError(f"{path} is not a regular file, so not a checkpoint database")
         exists = self.path.exists()
         if not exists and not create:
             raise StoreError(f"no checkpoint database at {path}")
@@ -80,9 +110,12 @@ class SQLiteStore(SQLStore):
         if not ready and (readonly or not create):
             raise StoreError(f"{path} holds no megaactors store yet")
         if readonly:
-            uri = f"{self.path.resolve().as_uri()}?mode=ro"
-            self._con = sqlite3.connect(uri, uri=True, timeout=READ_TIMEOUT_S, isolation_level=None)
-        else:
+            try:
+                self._con = _connect_readonly(self.path)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{path}: cannot read: {exc}") from exc
+            return
+        try:
             if not exists:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             self._con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -94,6 +127,11 @@ class SQLiteStore(SQLStore):
                 self._init_schema("BLOB")
                 # two processes may have created it at once: check what is there now
                 _inspect(self.path)
+        except (sqlite3.OperationalError, OSError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            if not os.access(self.path.parent if self.path.parent.exists() else ".", os.W_OK):
+                reason += f" (the directory {self.path.parent} is not writable)"
+            raise StoreError(f"{path}: cannot {'create' if not exists else 'open'} it for writing: {reason}") from exc
 
     def reopen(self) -> SQLiteStore:
         return SQLiteStore(self.path, readonly=self.readonly)

@@ -291,9 +291,10 @@ class CheckpointStore(ABC):
         """Mark the run done with its result."""
 
     @abstractmethod
-    def fail(self, lease: Lease, error: str) -> str:
+    def fail(self, lease: Lease, error: str, *, final: bool = False) -> str:
         """Record a failed attempt: queued again, or ``dead`` after the last allowed
-        attempt. Returns the new status."""
+        attempt or, with ``final``, at once (a run that can never succeed). Returns
+        the new status."""
 
     @abstractmethod
     def release(self, lease: Lease) -> None:

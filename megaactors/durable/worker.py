@@ -1,22 +1,35 @@
 """The worker loop: claim a run, run it under a heartbeat-renewed lease while
 checkpointing, finish it; repeat. Start as many workers as you like, on one host
 (SQLite) or many (PostgreSQL): each claims its own runs, and a run whose worker
-died is resumed by another from its newest checkpoint once the lease expires."""
+died is resumed by another from its newest checkpoint once the lease expires.
+
+A claimed run that can never succeed here — bad parameters, or over this worker's
+budget (:class:`~megaactors.experiments.budget.Budget`: too many agents or
+messages, or more memory than the machine has) — is dead-lettered at once with the
+reason, without being started. The processes of :func:`work_in_processes` end
+when their parent does, SIGKILL included."""
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from megaactors.child_processes import die_with_parent
 from megaactors.durable.checkpointing import DurableOptions, Progress, run_durable
 from megaactors.durable.outbox import settle_compensations
 from megaactors.durable.runqueue import DEFAULT_LEASE_S, Heartbeat, RunQueue, owner_id
 from megaactors.durable.store import CheckpointStore, FencingError, Lease, StoreError
+from megaactors.experiments.budget import Budget
 from megaactors.experiments.spec import ParameterError, RunSpec
+from megaactors.redact import redact
 
 __all__ = ["execute_claimed", "work", "work_in_processes"]
 
@@ -24,19 +37,30 @@ Log = Callable[[str], None]
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(redact(line), file=sys.stderr, flush=True)
 
 
-def execute_claimed(store: CheckpointStore, lease: Lease, lease_s: float = DEFAULT_LEASE_S, log: Log = _stderr) -> str:
+def execute_claimed(
+    store: CheckpointStore,
+    lease: Lease,
+    lease_s: float = DEFAULT_LEASE_S,
+    log: Log = _stderr,
+    budget: Budget | None = None,
+) -> str:
     """Run a claimed run to its end; return what became of it: ``done``, ``queued``
-    (failed, will be retried), ``dead`` (failed for good) or ``lost`` (the lease
-    went to another worker)."""
+    (failed, will be retried), ``dead`` (failed for good, or refused: bad parameters
+    or over ``budget``, by default this machine's) or ``lost`` (the lease went to
+    another worker)."""
     run = store.get_run(lease.run_id)
     try:
         spec = RunSpec.from_dict(run.params)
         options = DurableOptions.from_dict(run.options)
     except (ParameterError, TypeError) as exc:
-        return store.fail(lease, f"bad parameters: {exc}")
+        return store.fail(lease, f"bad parameters: {exc}", final=True)
+    refusal = (budget or Budget.machine()).refusal(spec)
+    if refusal:
+        log(f"worker {lease.owner}: run {lease.run_id!r} refused: {refusal}")
+        return store.fail(lease, f"refused: {refusal}", final=True)
     with Heartbeat(store, lease, lease_s) as heartbeat:
         try:
             progress = Progress()
@@ -67,9 +91,12 @@ def work(
     exit_when_idle: bool = False,
     max_runs: int | None = None,
     log: Log = _stderr,
+    budget: Budget | None = None,
 ) -> int:
-    """Claim and run runs until told to stop; return how many this worker finished."""
+    """Claim and run runs until told to stop; return how many this worker finished
+    (runs over ``budget``, by default this machine's, are dead-lettered unstarted)."""
     owner = owner or owner_id()
+    budget = budget or Budget.machine()
     queue = RunQueue(store)
     finished = 0
     while max_runs is None or finished < max_runs:
@@ -84,7 +111,7 @@ def work(
             time.sleep(poll_s)
             continue
         log(f"worker {owner}: claimed run {lease.run_id!r} (fence {lease.fence})")
-        status = execute_claimed(store, lease, lease_s, log)
+        status = execute_claimed(store, lease, lease_s, log, budget)
         log(f"worker {owner}: run {lease.run_id!r} {status}")
         if status == "done":
             finished += 1
@@ -96,23 +123,38 @@ def _in_progress(store: CheckpointStore, version: str) -> bool:
     return any(r.status in ("queued", "running") and r.version == version for r in store.list_runs())
 
 
-def _work_process(target: str, kwargs: dict[str, object]) -> None:
+def _work_process(target: str, parent: int, kwargs: dict[str, Any]) -> None:
     from megaactors.durable import open_store
 
+    die_with_parent(parent)
     with open_store(target) as store:
-        work(store, **kwargs)  # type: ignore[arg-type]
+        work(store, **kwargs)
 
 
-def work_in_processes(target: str | Path, jobs: int, **kwargs: object) -> None:
-    """Run ``jobs`` workers, one process each, until they all stop."""
+def work_in_processes(target: str | Path, jobs: int, **kwargs: Any) -> None:
+    """Run ``jobs`` workers, one process each, until they all stop. The workers end
+    with this process: killed (SIGKILL included), or on SIGTERM, which this process
+    passes on to them before it ends."""
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_work_process, args=(str(target), kwargs), daemon=False) for _ in range(jobs)]
-    for p in procs:
-        p.start()
-    try:
-        for p in procs:
-            p.join()
-    finally:
+    procs = [ctx.Process(target=_work_process, args=(str(target), os.getpid(), kwargs)) for _ in range(jobs)]
+
+    def stop(signum: int, frame: object) -> None:
         for p in procs:
             if p.is_alive():
                 p.terminate()
+        raise SystemExit(128 + signum)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, stop) if main else None
+    try:
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(5)

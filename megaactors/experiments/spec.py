@@ -3,92 +3,88 @@ queue all hand to a runtime."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
-from megaactors.behaviours.chat_round import ChatRound
+from megaactors.behaviours.chat_round import TEXT_BYTES, ChatRound
 from megaactors.core.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
-from megaactors.runtime.result import RunResult
+from megaactors.experiments.closed_forms import OPTIMAL, optimal_group_size
+from megaactors.validation import Param, declared, param
 
-__all__ = ["TOPOLOGIES", "ParameterError", "RunSpec"]
+if TYPE_CHECKING:
+    from megaactors.runtime.result import RunResult
+
+__all__ = ["PARAMETERS", "TOPOLOGIES", "ParameterError", "RunSpec"]
 
 TOPOLOGIES = ("flat", "star", "two-tier", "hierarchy")
+_MANY = 10**9
+
+
+def _runtimes() -> list[str]:
+    from megaactors.runtime import RUNTIMES
+
+    return list(RUNTIMES)
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Every parameter of one chat-round run."""
+    """Every parameter of one chat-round run, each declared once with its range, unit
+    and help (:func:`~megaactors.validation.param`): the command line, sweeps, the
+    run queue and forks all read these declarations."""
 
-    topology: str = "two-tier"
-    agents: int = 100
-    group_size: int = 10
-    fanout: int = 5
-    rounds: int = 1
-    seed: int = 0
-    runtime: str = "sim"
-    model: str = "gpt-4o-mini"
-    serial: bool = False
-    max_concurrent_llm: int | None = None
-    message_bytes: int = 200
-    latency_median_s: float = 1.0
-    latency_sigma: float = 0.5
-    per_output_token_s: float = 0.02
-    output_tokens: int = 60
-    trace: bool = False
+    topology: str = param("two-tier", "organisation", choices=lambda: TOPOLOGIES, noun="topology")
+    agents: int = param(100, "number of agents N", minimum=1, maximum=_MANY, short="-n")
+    group_size: int = param(10, "two-tier group size G", minimum=1, maximum=_MANY, short="-g", words=(OPTIMAL,))
+    fanout: int = param(5, "hierarchy fan-out", minimum=2, maximum=_MANY, short="-k")
+    rounds: int = param(1, "chat rounds", minimum=0, maximum=10**6, short="-r")
+    seed: int = param(0, "random seed", minimum=0, maximum=2**63 - 1, short="-s")
+    runtime: str = param("sim", "runtime", choices=_runtimes, noun="runtime")
+    model: str = param("gpt-4o-mini", "priced LLM model", choices=lambda: sorted(PRICES), noun="model")
+    serial: bool = param(False, "one agent Processing at a time (the paper's w/o parallelism)")
+    max_concurrent_llm: int | None = param(None, "cap on LLM calls in flight", minimum=1, maximum=_MANY)
+    message_bytes: int = param(200, "payload text per message", unit="bytes", minimum=0, maximum=TEXT_BYTES)
+    latency_median_s: float = param(
+        1.0, "median LLM latency", unit="s", minimum=0, maximum=86_400, old_flags=("--latency-median",)
+    )
+    latency_sigma: float = param(0.5, "lognormal sigma of LLM latency", minimum=0, maximum=10)
+    per_output_token_s: float = param(0.02, "LLM latency per output token", unit="s", minimum=0, maximum=60)
+    output_tokens: int = param(60, "tokens per LLM reply", unit="tokens", minimum=0, maximum=10**6)
+    trace: bool = param(False, "record every state transition (memory grows with the run)")
 
     def __post_init__(self) -> None:
-        self.validate()
+        for name, declaration in PARAMETERS.items():
+            value = getattr(self, name)
+            if name == "group_size" and value == OPTIMAL:
+                raise ParameterError(f"group_size {OPTIMAL!r} is resolved by RunSpec.from_dict, not RunSpec()")
+            checked = declaration.check(value)
+            if checked is not value:
+                object.__setattr__(self, name, checked)
 
     @classmethod
     def from_dict(cls, params: dict[str, Any]) -> RunSpec:
-        """A spec from a mapping; unknown names are an error."""
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(params) - names)
+        """A spec from a mapping (a stored run, a grid point, parsed options);
+        unknown names are an error and ``group_size="optimal"`` becomes the
+        cost-minimising size for ``agents`` (the default size outside two-tier)."""
+        unknown = sorted(set(params) - set(PARAMETERS))
         if unknown:
-            raise ParameterError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+            raise ParameterError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(PARAMETERS))}")
+        if params.get("group_size") == OPTIMAL:
+            topology = params.get("topology", cls.topology)
+            agents = PARAMETERS["agents"].check(params.get("agents", cls.agents))
+            size = optimal_group_size(agents) if topology == "two-tier" else cls.group_size
+            params = {**params, "group_size": size}
         return cls(**params)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def validate(self) -> None:
-        """Raise :class:`ParameterError` naming the first impossible parameter."""
-
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise ParameterError(message)
-
-        def integer(name: str, minimum: int) -> None:
-            value = getattr(self, name)
-            need(
-                isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-                f"{name.replace('_', ' ')} must be an integer >= {minimum}, got {value!r}",
-            )
-
-        need(
-            self.topology in TOPOLOGIES, f"unknown topology {self.topology!r}; expected one of {', '.join(TOPOLOGIES)}"
-        )
-        integer("agents", 1)
-        integer("group_size", 1)
-        integer("fanout", 2)
-        integer("rounds", 0)
-        integer("seed", 0)
-        integer("message_bytes", 0)
-        integer("output_tokens", 0)
-        if self.max_concurrent_llm is not None:
-            integer("max_concurrent_llm", 1)
-        need(self.model in PRICES, f"unknown model {self.model!r}; priced models: {', '.join(sorted(PRICES))}")
-        for name in ("latency_median_s", "latency_sigma", "per_output_token_s"):
-            value = getattr(self, name)
-            need(
-                isinstance(value, (int, float)) and value >= 0,
-                f"{name.replace('_', ' ')} must be a number >= 0, got {value!r}",
-            )
-        from megaactors.runtime import RUNTIMES
-
-        need(self.runtime in RUNTIMES, f"unknown runtime {self.runtime!r}; expected one of {', '.join(RUNTIMES)}")
+        """Raise :class:`ParameterError` naming the first impossible parameter (a
+        spec checks itself when it is made; this checks it again)."""
+        for name, declaration in PARAMETERS.items():
+            declaration.check(getattr(self, name))
 
     def organisation(self) -> Organisation:
         return Organisation.build(self.topology, self.agents, self.group_size, self.fanout)
@@ -139,3 +135,7 @@ class RunSpec:
             "model": self.model,
             "serial": self.serial,
         }
+
+
+PARAMETERS: dict[str, Param] = declared(RunSpec)
+"""The declaration of every run parameter, by name, in field order."""

@@ -22,7 +22,7 @@ from megaactors.core.llm import PRICES
 from megaactors.errors import ParameterError
 from megaactors.experiments.collector import CollectorError, DataCollector
 from megaactors.experiments.plots.cost import cost_figure
-from megaactors.experiments.spec import TOPOLOGIES, RunSpec
+from megaactors.experiments.spec import PARAMETERS, TOPOLOGIES, RunSpec
 from megaactors.explore.views import png, series_figure, state_figure
 from megaactors.runtime.sim import SimRuntime
 
@@ -73,7 +73,13 @@ class Explorer:
         lay = w.Layout(width="300px")
 
         def box(cls: Any, name: str, description: str, **kw: Any) -> Any:
+            """A control for run parameter ``name``, bounded as the parameter is declared."""
             value = kw.pop("value", getattr(spec, name))
+            declared = PARAMETERS[name]
+            for bound in ("min", "max"):
+                limit = getattr(declared, f"{bound}imum")
+                if cls in (w.BoundedIntText, w.BoundedFloatText) and bound not in kw and limit is not None:
+                    kw[bound] = declared.kind(limit)
             return cls(value=value, description=description, style=wide, layout=lay, **kw)
 
         self.controls: dict[str, Any] = {
@@ -81,25 +87,24 @@ class Explorer:
                 options=list(BEHAVIOURS), value=CHAT_ROUND, description="behaviour", style=wide, layout=lay
             ),
             "topology": box(w.Dropdown, "topology", "organisation", options=list(TOPOLOGIES)),
-            "agents": box(w.BoundedIntText, "agents", "agents N", min=1, max=1_000_000),
-            "group_size": box(w.BoundedIntText, "group_size", "group size G", min=1, max=1_000_000),
-            "fanout": box(w.BoundedIntText, "fanout", "fan-out (hierarchy)", min=2, max=1_000),
-            "rounds": box(w.BoundedIntText, "rounds", "chat rounds", min=0, max=100),
-            "seed": box(w.BoundedIntText, "seed", "seed", min=0, max=2**31),
+            "agents": box(w.BoundedIntText, "agents", "agents N"),
+            "group_size": box(w.BoundedIntText, "group_size", "group size G"),
+            "fanout": box(w.BoundedIntText, "fanout", "fan-out (hierarchy)"),
+            "rounds": box(w.BoundedIntText, "rounds", "chat rounds"),
+            "seed": box(w.BoundedIntText, "seed", "seed", max=2**53),  # what a browser's numbers hold exactly
             "model": box(w.Dropdown, "model", "model (prices)", options=sorted(PRICES)),
-            "latency_median_s": box(w.BoundedFloatText, "latency_median_s", "LLM latency median, s", min=0, max=1e4),
-            "latency_sigma": box(w.BoundedFloatText, "latency_sigma", "latency sigma", min=0, max=10, step=0.1),
+            "latency_median_s": box(w.BoundedFloatText, "latency_median_s", "LLM latency median, s"),
+            "latency_sigma": box(w.BoundedFloatText, "latency_sigma", "latency sigma", step=0.1),
             "max_concurrent_llm": box(
                 w.BoundedIntText,
                 "max_concurrent_llm",
                 "LLM calls cap (0: none)",
                 min=0,
-                max=10**7,
                 value=spec.max_concurrent_llm or 0,
             ),
             "serial": box(w.Checkbox, "serial", "serial (one Processing)", indent=True),
-            "message_bytes": box(w.BoundedIntText, "message_bytes", "message bytes", min=0, max=10**6),
-            "output_tokens": box(w.BoundedIntText, "output_tokens", "tokens per reply", min=0, max=10**6),
+            "message_bytes": box(w.BoundedIntText, "message_bytes", "message bytes"),
+            "output_tokens": box(w.BoundedIntText, "output_tokens", "tokens per reply"),
             "step_s": w.BoundedFloatText(
                 value=1.0, min=1e-6, max=1e6, description="super-step, s", style=wide, layout=lay
             ),

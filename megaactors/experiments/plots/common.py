@@ -12,7 +12,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from megaactors.core.llm import PRICES
-from megaactors.experiments.sweep import OPTIMAL, PARAMS
+from megaactors.experiments.closed_forms import OPTIMAL
+from megaactors.experiments.result_rows import PARAMS
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from matplotlib.figure import Figure
 
+from megaactors.experiments.closed_forms import closed_form_messages, optimal_group_size
 from megaactors.experiments.plots.common import (
     COLUMN,
     METRICS,
@@ -25,7 +26,6 @@ from megaactors.experiments.plots.common import (
     save_figures,
     spread,
 )
-from megaactors.experiments.sweep import closed_form_messages, optimal_group_size
 
 if TYPE_CHECKING:
     import pandas as pd
