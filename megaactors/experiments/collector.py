@@ -9,8 +9,9 @@ a runtime and collects after every super-step (every event in the next window of
 ``every_events`` events.
 
 It needs only what :class:`Steppable` declares (``start``, ``step``, ``advance``,
-``next_event_time``, ``finished``, ``now``, ``agents`` with ``state`` and ``inbox``, and a
-``ledger``), so any runtime that exposes those can be collected from.
+``next_event_time``, ``finished``, ``now``, ``steps``, ``agents`` with their ``state``,
+``queued(agent)`` and a ``ledger``), so any runtime that exposes those can be collected
+from.
 
 Model columns: ``step`` (collections so far), ``events``, ``time`` (virtual seconds),
 ``idle`` / ``processing`` / ``response`` (agents in each state), ``queued`` (messages
@@ -87,9 +88,6 @@ class AgentView(Protocol):
     @property
     def state(self) -> AgentState: ...
 
-    @property
-    def inbox(self) -> Sequence[Any]: ...
-
 
 class Steppable(Protocol):
     """A runtime the collector can drive and read, e.g. :class:`~megaactors.runtime.sim.SimRuntime`."""
@@ -114,6 +112,10 @@ class Steppable(Protocol):
 
     @property
     def next_event_time(self) -> float | None: ...
+
+    def queued(self, agent: int) -> int:
+        """How many messages wait in ``agent``'s in-queue."""
+        ...
 
     def start(self) -> None: ...
 
@@ -178,9 +180,10 @@ class DataCollector:
         step, now, ledger = len(self._model_rows), runtime.now, runtime.ledger
         counts = [0, 0, 0]
         queued = longest = 0
-        for a in runtime.agents:
+        depth_of = runtime.queued
+        for i, a in enumerate(runtime.agents):
             counts[a.state] += 1
-            depth = len(a.inbox)
+            depth = depth_of(i)
             queued += depth
             if depth > longest:
                 longest = depth
@@ -198,9 +201,10 @@ class DataCollector:
         reporters = list(self.agent_reporters.values())
         rows = self._agent_rows
         names = [s.name for s in AgentState]
+        depth_of = runtime.queued
         for i, a in enumerate(runtime.agents):
             extra = [f(runtime, i) for f in reporters]
-            rows.append((step, now, i, names[a.state], len(a.inbox), *(c[i] for c in columns), cost[i], *extra))
+            rows.append((step, now, i, names[a.state], depth_of(i), *(c[i] for c in columns), cost[i], *extra))
 
     # ------------------------------------------------------------------ driving
 

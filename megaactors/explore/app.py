@@ -254,7 +254,7 @@ class Explorer:
         rt, collector, spec = self.runtime, self.collector, self.spec
         assert rt is not None and collector is not None and spec is not None
         states = [a.state for a in rt.agents]
-        queues = [len(a.inbox) for a in rt.agents]
+        queues = [rt.queued(i) for i in range(len(rt.agents))]
         traffic = dict(rt.ledger.messages_by_channel)
         self._show(
             "state",
