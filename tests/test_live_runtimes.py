@@ -409,7 +409,7 @@ def test_bench_async_vs_threads_reports_both_sides_as_json() -> None:
 def test_bench_async_vs_threads_prints_a_table() -> None:
     out = megaactors("bench", "async-vs-threads", "--calls", "30", "--latency-ms", "10")
     assert out.returncode == 0, out.stderr
-    assert "30 concurrent simulated LLM calls of 10 ms" in out.stdout
+    assert "30 simulated LLM calls of 10 ms started at once" in out.stdout
     assert "asyncio" in out.stdout and "threads" in out.stdout and "KB per call" in out.stdout
 
 

@@ -249,7 +249,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         "# MegaAgent §2–§3 reproduced in simulation",
         "",
-        f"Paper: {report['paper']}. Written by `megaactors reproduce section3` in {report['wall_s']:.0f} s "
+        f"Paper: {report['paper']}. Written by `megaactors reproduce section3` "
         f"({report['runs']:,} simulated runs; seeds {seeds[0]}–{seeds[-1]}, calibration on seed {report['seed']}). "
         "Every figure in the *simulation* columns is read from runs made for this report; the *paper* columns are "
         "the paper's tables (megaactors/megaagent/paper.py). Intervals are 95 % confidence intervals of the mean "
