@@ -365,6 +365,9 @@ class LocksOnStart(ChatRound):
     def on_start(self, ctx, state):
         return Effects(tool=ToolCall("git", 1.0, lock="git")) if ctx.agent == 3 else None
 
+    def on_tool(self, ctx, state, result):
+        return Effects()
+
 
 def test_sharding_refuses_what_needs_one_process() -> None:
     org = Organisation.two_tier(20, 5)

@@ -149,8 +149,8 @@ def test_restoring_any_step_continues_exactly(
         k = pick % len(snapshots)
         base = max(j for j in range(k + 1) if snapshots[j]["kind"] in ("full", "start"))
         restored = _runtime(DurableSim, *args)
-        restored.restore(_wire(snapshots[base : k + 1]))
-        assert all(type(a) is int for _, _, a in restored._events.events())
+        restored.restore_chain(_wire(snapshots[base : k + 1]))
+        assert all(type(a) is int for _, _, a in restored.snapshot().events)
         restored.run()
         assert _outcome(restored) == expected, f"restored at step {k} (full at {base})"
 
@@ -160,9 +160,9 @@ def test_restore_refuses_what_does_not_fit() -> None:
     rt.start()
     full = _wire(rt.full())
     with pytest.raises(StateError, match="holds 6 agents but these parameters build 7"):
-        DurableSim(Organisation.star(6), Busy(1)).restore([full])
+        DurableSim(Organisation.star(6), Busy(1)).restore_chain([full])
     with pytest.raises(StateError, match="full snapshot or a genesis"):
-        DurableSim(Organisation.star(5), Busy(1)).restore([_wire(rt.delta())])
+        DurableSim(Organisation.star(5), Busy(1)).restore_chain([_wire(rt.delta())])
     with pytest.raises(StateError, match="full snapshot first"):
         DurableSim(Organisation.star(5), Busy(1)).delta()
 
@@ -196,7 +196,7 @@ def test_delta_size_follows_activity_not_history(tmp_path: Path) -> None:
 
     def full_size(step: int) -> int:
         rt = DurableSim(spec.organisation(), spec.behaviour(), spec.llm(), seed=spec.seed, trace=True)
-        rt.restore([decode_state(r.state) for r in store.chain("r", step)])
+        rt.restore_chain([decode_state(r.state) for r in store.chain("r", step)])
         return len(pack_state(rt.full()))
 
     assert full_size(rows[-1].step) > 3 * full_size(rows[10].step)

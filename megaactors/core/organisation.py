@@ -24,22 +24,11 @@ from typing import Any
 import networkx as nx
 
 from megaactors.core.messages import ADMIN, CHANNELS, HIERARCHY, INTRA
+from megaactors.errors import OrganisationError, RecruitError, RouteError
 
 __all__ = ["KINDS", "Organisation", "OrganisationError", "RecruitError", "RouteError"]
 
 KINDS = ("flat", "star", "two-tier", "hierarchy", "custom")
-
-
-class OrganisationError(ValueError):
-    """An organisation cannot be built from the given parameters or graph."""
-
-
-class RouteError(PermissionError):
-    """A send the routing rules do not allow."""
-
-
-class RecruitError(RuntimeError):
-    """A recruitment the organisation does not allow (fan-out cap reached)."""
 
 
 def _positive(name: str, value: int, minimum: int = 1) -> int:
@@ -313,43 +302,10 @@ class Organisation:
     # ------------------------------------------------------------------ networkx
 
     def to_networkx(self) -> nx.Graph:
-        """An undirected graph: a node per agent (``role``, ``group``, ``admin_of``,
-        ``level``, ``parent``) and an edge per pair that may talk (``channel`` is the
-        tree, admin or intra-group channel, in that order of preference; ``channels``
-        lists all of them). Intended for drawing and analysis of small and medium
-        organisations: a group of size s contributes s(s-1)/2 edges."""
-        g = nx.Graph(kind=self.kind, fanout=self.fanout)
-        names = self.names or list(range(self.n))
-        for a in range(self.n):
-            parent = self.parent[a]
-            g.add_node(
-                names[a],
-                role=self.role(a),
-                group=self.member_group[a],
-                admin_of=self.admin_group[a],
-                level=self.level[a],
-                parent=names[parent] if parent >= 0 else None,
-            )
-        edges: dict[tuple[int, int], list[str]] = {}
+        """An undirected graph of who may talk to whom (see :func:`megaactors.core.org_graph.to_networkx`)."""
+        from megaactors.core.org_graph import to_networkx
 
-        def link(a: int, b: int, channel: str) -> None:
-            key = (a, b) if a < b else (b, a)
-            edges.setdefault(key, []).append(channel)
-
-        for a in range(self.n):
-            if self.parent[a] >= 0:
-                link(self.parent[a], a, HIERARCHY)
-        admins = self.admins
-        for i, a in enumerate(admins):
-            for b in admins[i + 1 :]:
-                link(a, b, ADMIN)
-        for members in self.groups:
-            for i, a in enumerate(members):
-                for b in members[i + 1 :]:
-                    link(a, b, INTRA)
-        for (a, b), channels in edges.items():
-            g.add_edge(names[a], names[b], channel=channels[0], channels=tuple(channels))
-        return g
+        return to_networkx(self)
 
     @classmethod
     def from_networkx(cls, graph: nx.Graph, fanout: int | None = None) -> Organisation:
