@@ -87,6 +87,8 @@ def handle(args: argparse.Namespace) -> int:
     other = sorted({s.runtime for s in specs} - {"sim"})
     if other:
         raise CommandError(f"queued runs use the sim runtime, not {', '.join(map(repr, other))}")
+    for s in specs:
+        s.check_checkpointable()
     check_budget(args, specs)
     if args.run_id and len(specs) > 1:
         ids = [f"{args.run_id}-{i}" for i in range(len(specs))]

@@ -11,6 +11,8 @@ from megaactors.core.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
 from megaactors.experiments.closed_forms import OPTIMAL, optimal_group_size
+from megaactors.providers.limits import LIMIT_SCOPES, ProviderModel
+from megaactors.providers.presets import latency_model
 from megaactors.validation import Param, declared, param
 
 if TYPE_CHECKING:
@@ -50,7 +52,22 @@ class RunSpec:
     )
     latency_sigma: float = param(0.5, "lognormal sigma of LLM latency", minimum=0, maximum=10)
     per_output_token_s: float = param(0.02, "LLM latency per output token", unit="s", minimum=0, maximum=60)
+    prefill_s_per_token: float = param(0.0, "LLM latency per prompt token", unit="s", minimum=0, maximum=60)
+    llm_model: str | None = param(
+        None, "latency model: a preset name or a model file from 'megaactors calibrate' (sets the four latency numbers)"
+    )
     output_tokens: int = param(60, "tokens per LLM reply", unit="tokens", minimum=0, maximum=10**6)
+    rpm: float | None = param(None, "provider limit: LLM requests per minute", minimum=0,
+                              above_minimum=True, maximum=1e12)  # fmt: skip
+    tpm: float | None = param(None, "provider limit: LLM tokens (prompt + reply) per minute", unit="tokens",
+                              minimum=0, above_minimum=True, maximum=1e15)  # fmt: skip
+    limit_scope: str = param("run", "who shares the rate limits: the whole run or each group",
+                             choices=lambda: LIMIT_SCOPES, noun="limit scope")  # fmt: skip
+    max_retries: int = param(3, "retries of a rate-limited, failed or timed-out LLM call", minimum=0, maximum=1000)
+    llm_failure_rate: float = param(0.0, "probability that an LLM attempt fails (server error)", minimum=0,
+                                    maximum=0.99)  # fmt: skip
+    llm_timeout_s: float | None = param(None, "an LLM attempt slower than this fails", unit="s", minimum=0,
+                                        above_minimum=True, maximum=86_400)  # fmt: skip
     trace: bool = param(False, "record every state transition (memory grows with the run)")
 
     def __post_init__(self) -> None:
@@ -61,6 +78,9 @@ class RunSpec:
             checked = declaration.check(value)
             if checked is not value:
                 object.__setattr__(self, name, checked)
+        if self.llm_model is not None:
+            latency_model(self.llm_model)  # an unknown preset or a bad file is refused now
+        self.provider().check_call_size(TokenModel().system_tokens + self.output_tokens)
 
     @classmethod
     def from_dict(cls, params: dict[str, Any]) -> RunSpec:
@@ -93,12 +113,36 @@ class RunSpec:
         return ChatRound(rounds=self.rounds, message_bytes=self.message_bytes, output_tokens=self.output_tokens)
 
     def llm(self) -> SimulatedLLM:
+        """The simulated LLM: the latency numbers of ``llm_model`` if set, else the spec's own."""
+        if self.llm_model is not None:
+            latency = latency_model(self.llm_model)
+        else:
+            latency = LatencyModel(
+                self.latency_median_s, self.latency_sigma, self.per_output_token_s, self.prefill_s_per_token
+            )
         return SimulatedLLM(
-            seed=self.seed,
-            model=self.model,
-            latency=LatencyModel(self.latency_median_s, self.latency_sigma, self.per_output_token_s),
-            tokens=TokenModel(output_tokens=self.output_tokens),
+            seed=self.seed, model=self.model, latency=latency, tokens=TokenModel(output_tokens=self.output_tokens)
         )
+
+    def provider(self) -> ProviderModel:
+        """The provider's limits, retries and failures (inactive when none is set)."""
+        return ProviderModel(
+            rpm=self.rpm,
+            tpm=self.tpm,
+            scope=self.limit_scope,
+            max_retries=self.max_retries,
+            failure_rate=self.llm_failure_rate,
+            timeout_s=self.llm_timeout_s,
+            seed=self.seed,
+        )
+
+    def check_checkpointable(self) -> None:
+        """Refuse what checkpointed runs do not carry yet: the provider's limits, failures
+        and timeouts (their token buckets and retries are not in a checkpoint)."""
+        if self.provider().active:
+            raise ParameterError(
+                "checkpointed and queued runs do not take rpm, tpm, llm_failure_rate or llm_timeout_s yet"
+            )
 
     def build(self, **runtime_options: Any) -> Any:
         """The chosen runtime over this organisation and chat round, not yet started
@@ -114,6 +158,7 @@ class RunSpec:
             max_concurrent_llm=self.max_concurrent_llm,
             serial=self.serial,
             trace=self.trace,
+            provider=self.provider(),
             **runtime_options,
         )
 
