@@ -164,9 +164,7 @@ class ProviderModel:
     def check_call_size(self, tokens: int) -> None:
         """Refuse, before a run, a TPM limit that even the smallest call exceeds."""
         if self.tpm is not None and tokens > self.tpm:
-            raise ParameterError(
-                f"tpm {self.tpm:g} is lower than one call's tokens ({tokens}): no call could ever run"
-            )
+            raise ParameterError(f"tpm {self.tpm:g} is lower than one call's tokens ({tokens}): no call could ever run")
 
     def scope_key(self, group: int) -> int:
         return group if self.scope == "group" else -1

@@ -84,7 +84,7 @@ def load_model_file(path: Path) -> tuple[LatencyModel, dict[str, Any]]:
     except ValueError:
         raise ParameterError(f"llm model file {str(path)!r} is not JSON") from None
     if not isinstance(data, dict) or data.get("format") != MODEL_FORMAT:
-        raise ParameterError(f"{str(path)!r} is not a megaactors llm model file (no \"format\": {MODEL_FORMAT!r})")
+        raise ParameterError(f'{str(path)!r} is not a megaactors llm model file (no "format": {MODEL_FORMAT!r})')
     if data.get("version") != MODEL_VERSION:
         raise ParameterError(
             f"llm model file {str(path)!r} has format version {data.get('version')!r}; "

@@ -48,8 +48,8 @@ from megaactors.core.agent import IDLE, PROCESSING, Agent, Phase
 from megaactors.core.behaviour import AgentContext, Behaviour, Effects, LLMRequest, ToolCall
 from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.core.messages import Batch
-from megaactors.providers.limits import Answered, CallFailed
 from megaactors.core.organisation import Organisation
+from megaactors.providers.limits import Answered, CallFailed
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter

@@ -156,4 +156,3 @@ class SimObserver(RunObserver, Protocol):
         """``agent``'s record changed outside its own events (its tool call was
         queued or started by another agent's event)."""
         ...
-
