@@ -166,6 +166,16 @@ class ProviderModel:
         if self.tpm is not None and tokens > self.tpm:
             raise ParameterError(f"tpm {self.tpm:g} is lower than one call's tokens ({tokens}): no call could ever run")
 
+    def check_timeout(self, latency: LatencyModel | None, output_tokens: int) -> None:
+        """Refuse, before a run, a timeout that every call of a constant latency exceeds."""
+        if self.timeout_s is None or latency is None or latency.sigma:
+            return
+        least = latency.sample(0.0, output_tokens)
+        if least > self.timeout_s:
+            raise ParameterError(
+                f"llm timeout {self.timeout_s:g} s is below every call's latency ({least:g} s): no call could answer"
+            )
+
     def scope_key(self, group: int) -> int:
         return group if self.scope == "group" else -1
 

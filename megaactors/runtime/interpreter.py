@@ -135,6 +135,7 @@ class Interpreter:
         self.ledger.provider = provider is not None
         if self.provider is not None:
             self.provider.check_call_size(llm.tokens.system_tokens + llm.tokens.output_tokens)
+            self.provider.check_timeout(self.latency_model, llm.tokens.output_tokens)
 
     # ------------------------------------------------------------------ calling the behaviour
 
