@@ -161,3 +161,38 @@ def test_a_tpm_below_one_call_or_a_timeout_below_every_latency_is_refused_at_sta
     constant = SimulatedLLM(latency=LatencyModel(median_s=2.0, sigma=0.0, per_output_token_s=0.0))
     with pytest.raises(ParameterError, match="llm timeout 1 s is below every call's latency"):
         sim(Organisation.flat(3), ProviderModel(timeout_s=1.0), llm=constant)
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """The command line in this process: exit code, stdout, stderr."""
+    from megaactors.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse refuses a value
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_command_line_takes_limits_and_reports_their_counters(capsys) -> None:
+    import json
+
+    code, out, err = cli(capsys, "run", "-n", "60", "--rpm", "30", "--llm-failure-rate", "0.1", "--max-retries", "2",
+                         "--json")  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["rate_limited"] > 0 and summary["retries"] > 0 and summary["llm_wait_s"] > 0
+    assert {"failed_llm_calls", "llm_errors", "llm_timeouts"} <= set(summary)
+    plain = json.loads(cli(capsys, "run", "-n", "60", "--json")[1])
+    assert plain["rate_limited"] == plain["retries"] == plain["failed_llm_calls"] == 0  # the keys are always there
+    for args, needle in [
+        (("--rpm", "abc"), "rpm: 'abc' is not a number"),
+        (("--rpm", "-5"), "rpm must be a finite number > 0"),
+        (("--tpm", "100"), "tpm 100 is lower than one call's tokens (360): no call could ever run"),
+        (("--limit-scope", "planet"), "unknown limit scope 'planet'"),
+        (("--prefill-s-per-token", "-1"), "prefill_s_per_token must be a finite number >= 0"),
+    ]:
+        code, out, err = cli(capsys, "run", "-n", "10", *args)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, args
+        assert needle in err, (args, err)
