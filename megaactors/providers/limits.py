@@ -81,14 +81,14 @@ class LimitState:
     tokens: dict[int, TokenBucket] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Answered:
     """The attempt is answered: ``reply`` arrives after its latency."""
 
     reply: LLMReply
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Retrying:
     """The attempt failed for ``kind``; the next one starts ``after_s`` from now (the
     failed attempt's time plus the backoff); ``backoff_s`` is the part spent waiting."""
@@ -98,7 +98,7 @@ class Retrying:
     backoff_s: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallFailed:
     """The call failed for good (``kind`` of its last attempt), ``after_s`` from now;
     the behaviour receives ``reply`` (``reply.failed`` names the kind)."""
@@ -176,9 +176,6 @@ class ProviderModel:
                 f"llm timeout {self.timeout_s:g} s is below every call's latency ({least:g} s): no call could answer"
             )
 
-    def scope_key(self, group: int) -> int:
-        return group if self.scope == "group" else -1
-
     def attempt(
         self,
         state: LimitState,
@@ -195,31 +192,25 @@ class ProviderModel:
         since the call's first attempt. A retried attempt redraws the random part of
         its latency from ``latency`` (when known)."""
         index = reply.call_index
-        if attempt and latency is not None and latency.sigma:
-            z = stream_normal(self.seed, agent, index * _ATTEMPTS + attempt, _RETRY_LATENCY_STREAM)
-            reply = _with_latency(reply, latency.sample(z, reply.tokens_out, reply.tokens_in))
-        kind, spent, retry_after = self._failure(state, now, agent, group, attempt, reply, latency)
+        kind, retry_after = self._admit(state, now, group, reply.tokens_in + reply.tokens_out)
+        spent = 0.0
         if kind is None:
-            return Answered(reply)
+            if attempt and latency is not None and latency.sigma:  # a retry redraws its latency
+                z = stream_normal(self.seed, agent, index * _ATTEMPTS + attempt, _RETRY_LATENCY_STREAM)
+                reply = _with_latency(reply, latency.sample(z, reply.tokens_out, reply.tokens_in))
+            kind, spent = self._answer(agent, attempt, reply, latency)
+            if kind is None:
+                return Answered(reply)
         if kind == "too_large" or attempt >= self.max_retries:
             failed = LLMReply(reply.tokens_in, 0, elapsed_s + spent, 0.0, reply.stage, index, None, kind)
             return CallFailed(kind, spent, failed)
         backoff = max(retry_after, full_jitter(self.seed, agent, index, attempt, self.base_s, self.cap_s))
         return Retrying(kind, spent + backoff, backoff)
 
-    def _failure(
-        self,
-        state: LimitState,
-        now: float,
-        agent: int,
-        group: int,
-        attempt: int,
-        reply: LLMReply,
-        latency: LatencyModel | None,
-    ) -> tuple[str | None, float, float]:
-        """``(kind or None, seconds the attempt took, retry-after)``."""
-        key = self.scope_key(group)
-        tokens = reply.tokens_in + reply.tokens_out
+    def _admit(self, state: LimitState, now: float, group: int, tokens: int) -> tuple[str | None, float]:
+        """Take one request and ``tokens`` from the buckets at ``now``: ``(None, 0)``;
+        or ``("rate_limited", retry-after)`` (nothing taken); or ``("too_large", 0)``."""
+        key = group if self.scope == "group" else -1
         wait_req = wait_tok = 0.0
         req_bucket = tok_bucket = None
         if self.rpm is not None:
@@ -229,25 +220,32 @@ class ProviderModel:
             wait_req = req_bucket.wait_for(now, 1)
         if self.tpm is not None:
             if tokens > self.tpm:
-                return "too_large", 0.0, 0.0
+                return "too_large", 0.0
             tok_bucket = state.tokens.get(key)
             if tok_bucket is None:
                 tok_bucket = state.tokens[key] = TokenBucket(self.tpm, self.tpm / 60.0, updated=now)
             wait_tok = tok_bucket.wait_for(now, tokens)
         if wait_req or wait_tok:
-            return "rate_limited", 0.0, max(wait_req, wait_tok)
+            return "rate_limited", max(wait_req, wait_tok)
         if req_bucket is not None:
             req_bucket.take(1)
         if tok_bucket is not None:
             tok_bucket.take(tokens)
+        return None, 0.0
+
+    def _answer(
+        self, agent: int, attempt: int, reply: LLMReply, latency: LatencyModel | None
+    ) -> tuple[str | None, float]:
+        """An attempt the limits let through: ``(None, latency)`` answered, or
+        ``("error", time to first token)`` or ``("timeout", timeout)``."""
         if self.failure_rate:
             u = stream_uniform(self.seed, agent, reply.call_index * _ATTEMPTS + attempt, _FAILURE_STREAM)
             if u < self.failure_rate:
                 decode = latency.per_output_token_s * reply.tokens_out if latency is not None else 0.0
-                return "error", max(0.0, reply.latency_s - decode), 0.0
+                return "error", max(0.0, reply.latency_s - decode)
         if self.timeout_s is not None and reply.latency_s > self.timeout_s:
-            return "timeout", self.timeout_s, 0.0
-        return None, reply.latency_s, 0.0
+            return "timeout", self.timeout_s
+        return None, reply.latency_s
 
 
 def _with_latency(reply: LLMReply, latency_s: float) -> LLMReply:
