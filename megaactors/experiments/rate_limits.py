@@ -31,7 +31,7 @@ SIMULATE_UP_TO = 10.0
 """Simulate a limited run only if its floor is at most this many unlimited makespans."""
 NO_LIMIT = "no limit"
 COLUMNS = (
-    "topology", "agents", "latency", "limits", "simulated", "makespan_s", "speedup", "llm_calls",
+    "topology", "agents", "latency", "limits", "simulated", "makespan_s", "speedup", "llm_calls", "tokens",
     "rate_limited", "retries", "failed_llm_calls", "floor_s", "wall_s",
 )  # fmt: skip
 
@@ -73,8 +73,9 @@ def _row(topology: str, agents: int, latency: str, limits: str, s: dict[str, Any
     return {
         "topology": topology, "agents": agents, "latency": latency, "limits": limits, "simulated": True,
         "makespan_s": makespan, "speedup": serial / makespan if makespan else 1.0, "llm_calls": s["llm_calls"],
-        "rate_limited": s.get("rate_limited", 0), "retries": s.get("retries", 0),
-        "failed_llm_calls": s.get("failed_llm_calls", 0), "floor_s": floor, "wall_s": s["wall_s"],
+        "tokens": s["tokens_in"] + s["tokens_out"], "rate_limited": s.get("rate_limited", 0),
+        "retries": s.get("retries", 0), "failed_llm_calls": s.get("failed_llm_calls", 0),
+        "floor_s": floor, "wall_s": s["wall_s"],
     }  # fmt: skip
 
 
