@@ -304,10 +304,12 @@ class Interpreter:
         timeouts, retries, backoff and failed calls are counted here; an
         :class:`~megaactors.providers.limits.Answered` call is accounted by the caller
         (:meth:`record_llm`) when it is issued; a failed one takes its call index."""
-        outcome = self.provider.attempt(  # type: ignore[union-attr]  # only called with a provider
+        provider = self.provider
+        assert provider is not None, "attempt_llm is called only under a provider model"
+        outcome = provider.attempt(
             self.limits, now, a.id, self.org.member_group[a.id], attempt, reply, self.latency_model, elapsed_s
         )
-        if type(outcome) is Answered:
+        if isinstance(outcome, Answered):
             return outcome
         ledger, kind = self.ledger, outcome.kind
         if kind == "rate_limited":
