@@ -32,18 +32,24 @@ def run(n: int, provider: ProviderModel | None) -> tuple[float, int, int]:
     return time.perf_counter() - t0, led.llm_calls, led.rate_limited
 
 
-def binding_rpm(n: int, target: float = 0.5) -> float:
-    """The RPM at which 429s are about ``target`` × the completed calls."""
-    low, high = 1.0, 1e7  # 429s fall as the limit rises
-    for _ in range(30):
-        mid = (low * high) ** 0.5
-        _, calls, limited = run(n, ProviderModel(rpm=mid, seed=1))
-        if limited > target * calls:
+def binding_rpm(n: int, calls: int, target: float = 0.5) -> float:
+    """The RPM at which 429s are about ``target`` × the completed calls: lowered from
+    the unlimited run's call count (never binding: the bucket holds a minute's worth)
+    in steps of 10 % until it binds that much, then bisected (a lower limit binds more,
+    and costs more to simulate, so the search never goes far below)."""
+    high, low = float(calls), float(calls)
+    while True:
+        _, done, limited = run(n, ProviderModel(rpm=low, seed=1))
+        if limited > target * done:
+            break
+        high, low = low, low * 0.9
+    while high / low > 1.01:
+        mid = (low + high) / 2
+        _, done, limited = run(n, ProviderModel(rpm=mid, seed=1))
+        if limited > target * done:
             low = mid
         else:
             high = mid
-        if high / low < 1.02:
-            break
     return high
 
 
@@ -54,7 +60,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     n = args.agents
-    rpm = binding_rpm(n)
+    rpm = binding_rpm(n, run(n, None)[1])
     sides = {"unlimited": None, "limits off": ProviderModel(seed=1), "rpm binding": ProviderModel(rpm=rpm, seed=1)}
     best: dict[str, tuple[float, int, int]] = {}
     for _ in range(args.repeat):

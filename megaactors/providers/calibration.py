@@ -117,6 +117,14 @@ def _add(log: CallLog, line: str) -> str | None:
     return None
 
 
+def _answered(log: CallLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Latencies, prompt tokens and reply tokens of the answered calls (status 200)."""
+    ok = np.array(log.status) == 200
+    tin = np.array([t for t, good in zip(log.input_tokens, ok, strict=True) if good], dtype=float)
+    tout = np.array([t for t, good in zip(log.output_tokens, ok, strict=True) if good], dtype=float)
+    return np.array(log.latency_s)[ok], tin, tout
+
+
 def _median_regression(x: np.ndarray, y: np.ndarray, start: np.ndarray | None, iterations: int) -> np.ndarray:
     """Least absolute deviations by iteratively reweighted least squares (from ``start``,
     or from least squares)."""
@@ -153,9 +161,7 @@ def fit(log: CallLog, *, min_calls: int = 10, seed: int = 0) -> dict[str, Any]:
     ok = status == 200
     if int(ok.sum()) < min_calls:
         raise ParameterError(f"the call log has {int(ok.sum())} answered call(s); fitting needs at least {min_calls}")
-    lat = np.array(log.latency_s)[ok]
-    tin = np.array([t for t, good in zip(log.input_tokens, ok, strict=True) if good], dtype=float)
-    tout = np.array([t for t, good in zip(log.output_tokens, ok, strict=True) if good], dtype=float)
+    lat, tin, tout = _answered(log)
     params, coefficients = _latency_fit(tin, tout, lat)
     rng = np.random.default_rng(seed)
     boots = []
@@ -226,10 +232,7 @@ def residual_figure(log: CallLog, model: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = np.array(log.status) == 200
-    lat = np.array(log.latency_s)[ok]
-    tin = np.array([t for t, g in zip(log.input_tokens, ok, strict=True) if g], dtype=float)
-    tout = np.array([t for t, g in zip(log.output_tokens, ok, strict=True) if g], dtype=float)
+    lat, tin, tout = _answered(log)
     tokens_part = model["prefill_s_per_token"] * tin + model["per_output_token_s"] * tout
     fitted = model["median_s"] + tokens_part
     base = lat - tokens_part
