@@ -4,7 +4,9 @@
 Two-tier (groups of 10) and hierarchy (fan-out 10) organisations, one chat round, N =
 10 … 100,000, without limits and under two OpenAI rate-limit tiers for gpt-4o-mini
 (tier 1: 500 RPM / 200,000 TPM; tier 5: 30,000 RPM / 150,000,000 TPM, as published in
-2024), with the prompt ignored or read at the reference log's prefill rate. Writes
+2024), with the prompt ignored or read at the reference log's prefill rate. The speed-up is the
+serial makespan (calls one after another, no shorter than the limit's floor) over the
+parallel one. Writes
 ``results.csv`` and ``rate_limits.png`` and prints, per setting, the N from which ten
 times as many agents gain less than 20 % more speed-up.
 

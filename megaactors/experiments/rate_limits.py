@@ -5,8 +5,9 @@ and each latency model (the prompt ignored, or read at the reference log's prefi
 rate) one chat round runs without limits and under each rate-limit preset of
 :data:`~megaactors.providers.presets.RATE_LIMIT_PRESETS` (OpenAI's published tiers;
 the default retry policy: 3 retries with full-jitter backoff, then the chat round
-asks again). The **speed-up** is the serial makespan (the sum of every call's latency:
-one agent at a time, one call at a time) over the parallel one.
+asks again). The **speed-up** is the serial makespan (one agent at a time, one call at a
+time: the sum of every call's latency, or the limit's floor if that is longer) over the
+parallel one; under a limit it falls towards 1 as the floor takes over.
 
 A limit caps throughput: no run can be shorter than its calls over the RPM or its
 tokens over the TPM (the *floor*, from the unlimited run's counts). Where the floor is
@@ -72,7 +73,7 @@ def _row(topology: str, agents: int, latency: str, limits: str, s: dict[str, Any
     makespan = s["virtual_time_s"]
     return {
         "topology": topology, "agents": agents, "latency": latency, "limits": limits, "simulated": True,
-        "makespan_s": makespan, "speedup": serial / makespan if makespan else 1.0, "llm_calls": s["llm_calls"],
+        "makespan_s": makespan, "speedup": max(serial, floor) / makespan if makespan else 1.0, "llm_calls": s["llm_calls"],
         "tokens": s["tokens_in"] + s["tokens_out"], "rate_limited": s.get("rate_limited", 0),
         "retries": s.get("retries", 0), "failed_llm_calls": s.get("failed_llm_calls", 0),
         "floor_s": floor, "wall_s": s["wall_s"],
@@ -82,7 +83,7 @@ def _row(topology: str, agents: int, latency: str, limits: str, s: dict[str, Any
 def _floor_row(topology: str, agents: int, latency: str, limits: str, free: dict[str, Any], serial: float,
                floor: float) -> dict[str, Any]:  # fmt: skip
     row = _row(topology, agents, latency, limits, free, serial, floor)
-    row.update(simulated=False, makespan_s=floor, speedup=serial / floor, rate_limited=None, retries=None,
+    row.update(simulated=False, makespan_s=floor, speedup=max(serial, floor) / floor, rate_limited=None, retries=None,
                failed_llm_calls=None, wall_s=0.0)  # fmt: skip
     return row
 
