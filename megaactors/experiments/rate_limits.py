@@ -73,7 +73,8 @@ def _row(topology: str, agents: int, latency: str, limits: str, s: dict[str, Any
     makespan = s["virtual_time_s"]
     return {
         "topology": topology, "agents": agents, "latency": latency, "limits": limits, "simulated": True,
-        "makespan_s": makespan, "speedup": max(serial, floor) / makespan if makespan else 1.0, "llm_calls": s["llm_calls"],
+        "makespan_s": makespan, "speedup": max(serial, floor) / makespan if makespan else 1.0,
+        "llm_calls": s["llm_calls"],
         "tokens": s["tokens_in"] + s["tokens_out"], "rate_limited": s.get("rate_limited", 0),
         "retries": s.get("retries", 0), "failed_llm_calls": s.get("failed_llm_calls", 0),
         "floor_s": floor, "wall_s": s["wall_s"],
