@@ -11,9 +11,11 @@ parallel one; under a limit it falls towards 1 as the floor takes over.
 
 A limit caps throughput: no run can be shorter than its calls over the RPM or its
 tokens over the TPM (the *floor*, from the unlimited run's counts). Where the floor is
-more than :data:`SIMULATE_UP_TO` times the unlimited makespan, every agent spends
-nearly all its time retrying and simulating each attempt costs much for nothing new;
-the point is then reported at its floor (``simulated = False``), a lower bound.
+more than :data:`SIMULATE_UP_TO` times the unlimited makespan, or N times that ratio
+exceeds :data:`SIMULATE_WORK` (every waiting agent retries every few seconds, so the
+attempts to simulate grow as N × floor), the point is reported at its floor
+(``simulated = False``), a lower bound: simulating every retry would cost much and show
+nothing new.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from typing import Any
 from megaactors.experiments.spec import RunSpec
 from megaactors.providers.presets import RATE_LIMIT_PRESETS
 
-__all__ = ["COLUMNS", "SIMULATE_UP_TO", "limits_figure", "run_point", "run_rate_limits", "stops_paying"]
+__all__ = ["COLUMNS", "SIMULATE_UP_TO", "SIMULATE_WORK", "limits_figure", "run_point", "run_rate_limits", "stops_paying"]
 
 SIMULATE_UP_TO = 10.0
-"""Simulate a limited run only if its floor is at most this many unlimited makespans."""
+"""Simulate a limited run only if its floor is at most this many unlimited makespans..."""
+SIMULATE_WORK = 200_000.0
+"""... and N times that ratio is at most this."""
 NO_LIMIT = "no limit"
 COLUMNS = (
     "topology", "agents", "latency", "limits", "simulated", "makespan_s", "speedup", "llm_calls", "tokens",
@@ -61,7 +65,8 @@ def run_point(topology: str, agents: int, latency: str, seed: int = 1) -> list[d
     rows = [_row(topology, agents, latency, NO_LIMIT, free, serial, floor=0.0)]
     for name, limits in RATE_LIMIT_PRESETS.items():
         floor = max(free["llm_calls"] / (limits.rpm / 60), (free["tokens_in"] + free["tokens_out"]) / (limits.tpm / 60))
-        if floor > SIMULATE_UP_TO * free["virtual_time_s"]:
+        ratio = floor / free["virtual_time_s"]
+        if ratio > SIMULATE_UP_TO or agents * ratio > SIMULATE_WORK:
             rows.append(_floor_row(topology, agents, latency, name, free, serial, floor))
             continue
         summary = _spec(topology, agents, prefill, seed, rpm=limits.rpm, tpm=limits.tpm).execute().summary()
