@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from megaactors.experiments.rate_limits import SIMULATE_UP_TO, limits_figure, run_point, stops_paying
+from megaactors.experiments.rate_limits import SIMULATE_UP_TO, SIMULATE_WORK, limits_figure, run_point, stops_paying
 from megaactors.providers.presets import RATE_LIMIT_PRESETS
 
 
@@ -18,7 +18,8 @@ def test_a_point_runs_unlimited_and_under_each_preset(tmp_path) -> None:
     limits = RATE_LIMIT_PRESETS["openai-tier1-mini"]
     floor = max(free["llm_calls"] / (limits.rpm / 60), free["tokens"] / (limits.tpm / 60))
     assert tier1["floor_s"] == pytest.approx(floor) and tier1["makespan_s"] >= floor * 0.99
-    assert tier1["simulated"] == (floor <= SIMULATE_UP_TO * free["makespan_s"])
+    ratio = floor / free["makespan_s"]
+    assert tier1["simulated"] == (ratio <= SIMULATE_UP_TO and 300 * ratio <= SIMULATE_WORK)
     assert tier1["speedup"] < free["speedup"]
     limits_figure(list(rows.values()), tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 1000

@@ -28,7 +28,15 @@ from typing import Any
 from megaactors.experiments.spec import RunSpec
 from megaactors.providers.presets import RATE_LIMIT_PRESETS
 
-__all__ = ["COLUMNS", "SIMULATE_UP_TO", "SIMULATE_WORK", "limits_figure", "run_point", "run_rate_limits", "stops_paying"]
+__all__ = [
+    "COLUMNS",
+    "SIMULATE_UP_TO",
+    "SIMULATE_WORK",
+    "limits_figure",
+    "run_point",
+    "run_rate_limits",
+    "stops_paying",
+]
 
 SIMULATE_UP_TO = 10.0
 """Simulate a limited run only if its floor is at most this many unlimited makespans..."""
