@@ -49,11 +49,13 @@ IGNORED_BY: dict[str, tuple[str, ...]] = {
 
 STATUSES = ("ok", "error", "skipped")
 
-# column name -> kind: str, int, float, bool, int? (may be empty), json
+# column name -> kind: str, int, float, bool, int? and float? (may be empty), json
 _PARAM_KINDS = {
     name: ("int?" if p.optional or name in IGNORED_BY else "int")
     if p.kind is int
-    else {float: "float", bool: "bool"}.get(p.kind, "str")
+    else ("float?" if p.optional else "float")
+    if p.kind is float
+    else {bool: "bool"}.get(p.kind, "str")
     for name, p in PARAMETERS.items()
 }
 FIGURE_KINDS: dict[str, str] = {
@@ -194,7 +196,11 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
     for name in COLUMNS:
         text = raw[name]
         kind = KINDS[name]
-        optional = kind in ("int?", "str") or (name in FIGURE_KINDS and status != "ok") or name == "expected_messages"
+        optional = (
+            kind in ("int?", "float?", "str")
+            or (name in FIGURE_KINDS and status != "ok")
+            or name == "expected_messages"
+        )
         if text == "":
             if not optional:
                 raise ResultsError(f"{at}: column {name!r} is empty")
@@ -207,13 +213,20 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
     return relevant_params(row)  # rows of earlier versions carry ignored parameters
 
 
-_KIND_NAMES = {"int": "an integer", "int?": "an integer", "float": "a number", "bool": "True or False", "json": "JSON"}
+_KIND_NAMES = {
+    "int": "an integer",
+    "int?": "an integer",
+    "float": "a number",
+    "float?": "a number",
+    "bool": "True or False",
+    "json": "JSON",
+}
 
 
 def _parse(text: str, kind: str) -> Any:
     if kind in ("int", "int?"):
         return int(text)
-    if kind == "float":
+    if kind in ("float", "float?"):
         return float(text)
     if kind == "bool":
         if text not in ("True", "False"):
@@ -233,7 +246,7 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         kind = KINDS[name]
         if kind in ("int", "int?"):
             df[name] = df[name].astype("Int64")
-        elif kind == "float":
+        elif kind in ("float", "float?"):
             df[name] = df[name].astype("float64")
         elif kind == "bool":
             df[name] = df[name].astype("bool")
