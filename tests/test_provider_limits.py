@@ -196,3 +196,24 @@ def test_the_command_line_takes_limits_and_reports_their_counters(capsys) -> Non
         code, out, err = cli(capsys, "run", "-n", "10", *args)
         assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, args
         assert needle in err, (args, err)
+
+
+def test_a_results_file_written_before_the_provider_parameters_still_reads(tmp_path) -> None:
+    import csv
+
+    from megaactors.experiments.result_rows import load_results
+    from megaactors.experiments.sweep import run_sweep
+
+    run_sweep({"agents": [12], "group_size": [4]}, tmp_path, workers=0, progress=False)
+    path = tmp_path / "results.csv"
+    new = ("prefill_s_per_token", "llm_model", "rpm", "tpm", "limit_scope", "max_retries", "llm_failure_rate",
+           "llm_timeout_s")  # fmt: skip
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    with path.open("w", newline="") as f:  # as an earlier version wrote it
+        writer = csv.DictWriter(f, fieldnames=[k for k in rows[0] if k not in new])
+        writer.writeheader()
+        writer.writerows({k: v for k, v in r.items() if k not in new} for r in rows)
+    (row,) = load_results(path).to_dict("records")
+    assert row["agents"] == 12 and row["max_retries"] == 3 and row["limit_scope"] == "run"
+    assert row["prefill_s_per_token"] == 0.0 and math.isnan(row["rpm"])

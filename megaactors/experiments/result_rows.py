@@ -10,6 +10,7 @@ anything malformed; a run recorded twice is kept once, with a warning.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import warnings
 from collections.abc import Iterable, Mapping
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from megaactors.core.messages import CHANNELS
-from megaactors.experiments.spec import PARAMETERS, TOPOLOGIES
+from megaactors.experiments.spec import PARAMETERS, TOPOLOGIES, RunSpec
 from megaactors.safe_files import open_regular
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ __all__ = [
 ]
 
 PARAMS: tuple[str, ...] = tuple(PARAMETERS)
+_PARAM_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(RunSpec)}
+"""What a run parameter was in a results file written before it existed."""
 """Run parameters, in :class:`~megaactors.experiments.spec.RunSpec` order: the first columns of every row."""
 
 IGNORED_BY: dict[str, tuple[str, ...]] = {
@@ -151,7 +154,7 @@ def read_rows(f: IO[str], where: str | Path, *, newest: bool = False) -> list[di
         header = next(reader, None)
         if header is None:
             raise ResultsError(f"{where} is empty: expected a header line with columns {', '.join(COLUMNS[:4])}, …")
-        missing = [c for c in COLUMNS if c not in header]
+        missing = [c for c in COLUMNS if c not in header and c not in _PARAM_DEFAULTS]
         if missing:
             raise ResultsError(f"{where} line 1: not a results header; missing column(s) {', '.join(missing)}")
         if len(set(header)) != len(header):
@@ -194,7 +197,10 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
         raise ResultsError(f"{at}: status {status!r} is not one of {', '.join(STATUSES)}")
     row: dict[str, Any] = {}
     for name in COLUMNS:
-        text = raw[name]
+        text = raw.get(name)
+        if text is None:  # a parameter added after the file was written: it had its default
+            row[name] = _PARAM_DEFAULTS[name]
+            continue
         kind = KINDS[name]
         optional = (
             kind in ("int?", "float?", "str")
