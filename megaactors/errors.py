@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
-__all__ = ["ParameterError"]
+__all__ = ["BehaviourLoadError", "OrganisationError", "ParameterError", "RecruitError", "RouteError"]
 
 
 class ParameterError(ValueError):
     """Impossible run parameters; the text names the parameter."""
+
+
+class BehaviourLoadError(ParameterError):
+    """A behaviour named by a run cannot be loaded or built (an import path that does
+    not import, a class that is not a behaviour, unknown constructor parameters); the
+    text says which and why."""
+
+
+class OrganisationError(ValueError):
+    """An organisation cannot be built from the given parameters or graph."""
+
+
+class RouteError(PermissionError):
+    """A send the routing rules do not allow."""
+
+
+class RecruitError(RuntimeError):
+    """A recruitment the organisation does not allow (fan-out cap reached)."""
