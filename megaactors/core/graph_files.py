@@ -49,7 +49,8 @@ def read_organisation(path: str | Path) -> Organisation:
     suffix = path.suffix.lower()
     if suffix not in GRAPH_SUFFIXES:
         raise OrganisationError(
-            f"{path}: unknown graph file type {suffix or '(no extension)'!r}; expected one of {', '.join(GRAPH_SUFFIXES)}"
+            f"{path}: unknown graph file type {suffix or '(no extension)'!r}; "
+            f"expected one of {', '.join(GRAPH_SUFFIXES)}"
         )
     text = _read_text(path)
     if suffix in EDGE_LIST_SUFFIXES:
@@ -185,7 +186,9 @@ def _parse_edge_list(path: Path, text: str) -> tuple[list[Any], np.ndarray, np.n
             continue
         u, v = ids
         if u == v:
-            raise OrganisationError(f"{path} line {number}: self-loop at node {tokens[0]!r}: an agent cannot message itself")
+            raise OrganisationError(
+                f"{path} line {number}: self-loop at node {tokens[0]!r}: an agent cannot message itself"
+            )
         src.append(u)
         dst.append(v)
         chan.append(CHANNEL_CODES.get(tokens[2], -1) if len(tokens) > 2 else -1)

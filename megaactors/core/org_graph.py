@@ -174,9 +174,7 @@ def _edge_channels(u: Any, v: Any, data: Mapping[str, Any]) -> list[int]:
     codes = []
     for name in named:
         if name not in CHANNEL_CODES:
-            raise OrganisationError(
-                f"edge {u!r}-{v!r} names channel {name!r}; channels are {', '.join(CHANNELS)}"
-            )
+            raise OrganisationError(f"edge {u!r}-{v!r} names channel {name!r}; channels are {', '.join(CHANNELS)}")
         codes.append(CHANNEL_CODES[name])
     return codes
 
