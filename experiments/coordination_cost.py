@@ -90,7 +90,7 @@ def small_runs(out: Path, seed: int) -> list[Path]:
     for name in ("star", f"two-tier, G = {FIXED_GROUP_SIZE}", "hierarchy, fan-out 5"):
         spec = organisations[name]
         spec = RunSpec(**{**spec.as_dict(), "agents": 300})
-        samples[name] = sample_queues(SimRuntime(spec.organisation(), spec.behaviour(), spec.llm(), seed=seed))
+        samples[name] = sample_queues(SimRuntime(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=seed))
     paths += save_figure(queue_figure(samples), out, "queue_depth")
     fig = Figure(figsize=(16, 8), layout="constrained")
     left, right = fig.subplots(1, 2)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-__all__ = ["BehaviourLoadError", "OrganisationError", "ParameterError", "RecruitError", "RouteError"]
+__all__ = [
+    "BehaviourLoadError",
+    "OrganisationError",
+    "ParameterError",
+    "RecruitError",
+    "RouteError",
+    "UncheckpointableError",
+]
 
 
 class ParameterError(ValueError):
@@ -25,3 +32,8 @@ class RouteError(PermissionError):
 
 class RecruitError(RuntimeError):
     """A recruitment the organisation does not allow (fan-out cap reached)."""
+
+
+class UncheckpointableError(ValueError):
+    """A behaviour's state or a message payload holds a value a checkpoint cannot
+    store; the text names the agent, where in its state, and the value's type."""

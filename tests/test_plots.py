@@ -196,7 +196,7 @@ def test_timeline_figure_draws_each_agents_states() -> None:
 
 def test_sample_queues_follows_the_run_super_step_by_super_step() -> None:
     spec = RunSpec(topology="star", agents=40, seed=3)
-    runtime = SimRuntime(spec.organisation(), spec.behaviour(), spec.llm(), seed=3)
+    runtime = SimRuntime(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=3)
     samples = sample_queues(runtime)
     result = runtime.result()
     reference = spec.execute()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from megaactors import Organisation, RunSpec, expected_messages
+from megaactors.core.llm import PRICES
 from megaactors.experiments.spec import ParameterError
 from megaactors.experiments.sweep import (
     COLUMNS,
@@ -120,11 +121,14 @@ def test_a_row_holds_every_ledger_figure_and_the_parameters(tmp_path: Path) -> N
                    progress=False)  # fmt: skip
     assert list(df.columns) == list(COLUMNS) and len(df) == 1
     row = df.iloc[0]
-    spec = RunSpec(topology="two-tier", agents=60, group_size=7, seed=3, rounds=2)
+    spec = RunSpec.from_dict({"topology": "two-tier", "agents": 60, "group_size": 7, "seed": 3, "rounds": 2})
     summary = spec.execute().summary()
+    prices = {"price_in": PRICES[spec.model].input_per_m, "price_out": PRICES[spec.model].output_per_m}
     for name, value in spec.as_dict().items():
-        if name == "fanout" or value is None:  # a two-tier run ignores the fan-out: its cell is blank
-            assert str(row[name]) == "<NA>", name
+        if name in ("fanout", "degree", "rewire") or (value is None and name not in prices):
+            assert str(row[name]) in ("<NA>", "nan"), name  # a two-tier run ignores them: their cells are blank
+        elif name in prices:  # the prices paid: the model's list price
+            assert value is None and row[name] == prices[name] == summary[name], name
         else:
             assert row[name] == value, name
     for name, value in summary.items():

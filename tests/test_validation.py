@@ -125,7 +125,8 @@ def test_declared_reads_names_and_types_from_the_dataclass() -> None:
 def test_every_run_spec_field_is_declared() -> None:
     from dataclasses import fields
 
-    assert [f.name for f in fields(RunSpec)] == list(PARAMETERS)
+    # but the behaviour's own parameters and its version, which are data of the behaviour
+    assert [f.name for f in fields(RunSpec)] == [*PARAMETERS, "behaviour_params", "behaviour_version"]
 
 
 def test_run_spec_checks_every_field_and_normalises_numbers() -> None:

@@ -51,7 +51,7 @@ def register(sub: Any) -> None:
         action="append",
         default=[],
         metavar="NAME=V1,V2",
-        help="vary a run parameter over values (repeatable: the runs are the product)",
+        help="vary a run parameter (or behaviour.KEY) over values (repeatable: the runs are the product)",
     )
     p.add_argument("--run-id", type=run_id, help="id of the run (with --grid: the prefix of numbered ids)")
     add_param(p, MAX_ATTEMPTS, default=3)
@@ -65,16 +65,19 @@ def grid_specs(base: Any, grids: Sequence[str], option: str = "--grid") -> list[
 
     axes: dict[str, list[Any]] = {}
     for g in grids:
-        param, values = parse_assignment(g, option)
-        if param.name in axes:
-            raise CommandError(f"{option}: parameter {param.name!r} given twice")
-        axes[param.name] = values
+        name, values = parse_assignment(g, option)
+        if name in axes:
+            raise CommandError(f"{option}: parameter {name!r} given twice")
+        axes[name] = values
     count = math.prod(len(v) for v in axes.values())
     if count > MAX_GRID_RUNS:
         raise CommandError(f"{option}: the grid makes {count:,} runs; at most {MAX_GRID_RUNS:,} at once")
     specs = []
     for combo in itertools.product(*axes.values()):
-        specs.append(RunSpec.from_dict({**base.as_dict(), **dict(zip(axes, combo, strict=True))}))
+        point = {**base.as_dict(), **dict(zip(axes, combo, strict=True))}
+        if any(name.startswith("behaviour") for name in axes):  # another behaviour: its own version
+            point["behaviour_version"] = None
+        specs.append(RunSpec.from_dict(point))
     return specs
 
 
