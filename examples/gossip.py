@@ -59,9 +59,10 @@ class Gossip:
         sends: list[Send] = []
         heard = state["heard"]
         # every round whose numbers are all in (a fast neighbour's next round may be in already)
-        while 0 < (r := state["round"]) <= self.rounds and len(heard) >= r and len(heard[r - 1]) == state["expect"]:
+        while 0 < (r := state["round"]) <= self.rounds and len(heard) >= r and len(heard[r - 1]) == state["expect"] > 0:
             numbers = sorted([state["value"], *heard[r - 1]])
             state["value"] = round(sum(numbers) / len(numbers), 9)
+            heard[r - 1] = []  # read: the state stays small
             if r == self.rounds:
                 state["round"] = r + 1
                 break

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import networkx as nx
 import pytest
 from sample_behaviours import Faulty, GitUser, Recruiter, ToolLoop, Trespasser
 
@@ -51,6 +52,13 @@ ORGANISATIONS = {
     "two-tier-120-g9": lambda: Organisation.two_tier(120, 9),
     "two-tier-boss-40-g6": lambda: Organisation.two_tier(40, 6, boss=True),
     "hierarchy-60-k3": lambda: Organisation.hierarchy(60, 3),
+    # graph organisations: one message along every directed edge
+    "karate-club-34": lambda: Organisation.from_networkx(nx.karate_club_graph()),
+    "small-world-40-k4": lambda: Organisation.generated("small-world", 40, 4, rewire=0.2, seed=5),
+    "scale-free-50-m2": lambda: Organisation.generated("scale-free", 50, 2, seed=5),
+    "directed-ring-24": lambda: Organisation.from_networkx(
+        nx.DiGraph([(i, (i + 1) % 24) for i in range(24)] + [(i, (i + 5) % 24) for i in range(0, 24, 3)])
+    ),
 }
 
 

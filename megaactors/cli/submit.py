@@ -24,6 +24,7 @@ from megaactors.cli.durable_common import (
     new_run_id,
     open_for,
     options_from_args,
+    preflight,
     run_id,
 )
 from megaactors.validation import Param
@@ -39,7 +40,9 @@ def register(sub: Any) -> None:
         "submit",
         help="queue runs for `megaactors worker` (a sweep that survives crashes)",
         description="Queue one run, or with --grid the product of several values, for workers to claim. "
-        "Queued runs use the sim runtime; runs over the budget are refused here, before anything is queued.",
+        "Queued runs use the sim runtime; runs over the budget are refused here, before anything is queued, and "
+        "the first run of each behaviour and topology is started in memory to check that its behaviour accepts "
+        "the organisation and that its state can be checkpointed.",
         epilog=parameter_list(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -91,6 +94,10 @@ def handle(args: argparse.Namespace) -> int:
     if other:
         raise CommandError(f"queued runs use the sim runtime, not {', '.join(map(repr, other))}")
     check_budget(args, specs)
+    kinds = {}  # the first run of each behaviour and topology is started in memory before anything is queued
+    for s in specs:
+        kinds.setdefault((s.behaviour, json.dumps(s.behaviour_params, sort_keys=True), s.topology), s)
+    preflight(list(kinds.values()))
     if args.run_id and len(specs) > 1:
         ids = [f"{args.run_id}-{i}" for i in range(len(specs))]
     else:
