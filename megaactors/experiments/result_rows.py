@@ -57,13 +57,14 @@ USED_BY: dict[str, Any] = {
 
 STATUSES = ("ok", "error", "skipped")
 
-# column name -> kind: str, int, float, bool, int? and float? (may be empty), json
+# column name -> kind: str, int, float, bool, int? and float? (may be empty), json (a dict or
+# list in a frame), json-text (canonical JSON text in a frame: it groups and sorts)
 _PARAM_KINDS = {
     name: {int: "int", float: "float", bool: "bool"}.get(p.kind, "str")
     + ("?" if p.kind in (int, float) and (p.optional or name in USED_BY) else "")
     for name, p in PARAMETERS.items()
 }
-_PARAM_KINDS.update(behaviour_params="json", behaviour_version="str")
+_PARAM_KINDS.update(behaviour_params="json-text", behaviour_version="str")
 _DEFAULTS = RunSpec().as_dict()
 ADDED_COLUMNS = ("degree", "rewire", "behaviour", "price_in", "price_out", "behaviour_params", "behaviour_version")
 """Parameter columns that results files written before them lack: read as their defaults."""
@@ -121,6 +122,8 @@ def relevant_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` with the parameters its topology ignores blanked (None) and the
     prices it pays filled in (the model's list price where not overridden)."""
     out = dict(params)
+    if isinstance(out.get("behaviour_params"), str):  # as a frame holds it
+        out["behaviour_params"] = json.loads(out["behaviour_params"])
     for name, used in USED_BY.items():
         if not used(out.get("topology")):
             out[name] = None
@@ -150,7 +153,7 @@ def to_csv(row: Mapping[str, Any]) -> dict[str, Any]:
         value = row.get(name)
         if value is None or (isinstance(value, float) and value != value):
             out[name] = ""
-        elif KINDS[name] == "json":
+        elif KINDS[name] in ("json", "json-text"):
             out[name] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
         else:
             out[name] = value
@@ -239,6 +242,7 @@ _KIND_NAMES = {
     "float?": "a number",
     "bool": "True or False",
     "json": "JSON",
+    "json-text": "JSON",
 }
 
 
@@ -251,7 +255,7 @@ def _parse(text: str, kind: str) -> Any:
         if text not in ("True", "False"):
             raise ValueError(text)
         return text == "True"
-    if kind == "json":
+    if kind in ("json", "json-text"):
         return json.loads(text)
     return text
 
@@ -271,7 +275,15 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             df[name] = df[name].astype("bool")
         elif kind == "str":
             df[name] = df[name].fillna("").astype(str)
+        elif kind == "json-text":
+            df[name] = [_canonical(v) for v in df[name]]
     return df
+
+
+def _canonical(value: Any) -> str:
+    if isinstance(value, str):
+        value = json.loads(value)
+    return json.dumps(value if value is not None else {}, sort_keys=True, separators=(",", ":"))
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
