@@ -200,6 +200,20 @@ def test_a_behaviour_parameter_named_like_a_run_parameter_is_that_run_parameter(
     assert spec.execute().ledger.messages == 3 * RunSpec.from_dict({"agents": 20}).execute().ledger.messages
 
 
+def test_a_fork_changes_a_behaviour_parameter_but_keeps_the_behaviour(user_module: Path) -> None:
+    db = str(user_module / "f.db")
+    base = ("--behaviour", "relay_agents:Relay", "--behaviour-param", "hops=4", "--agents", "60", "--group-size", "6")
+    assert megaactors("run", *base, "--checkpoint", db, "--run-id", "a").returncode == 0
+    forked = megaactors("fork", "--db", db, "--run-id", "a", "--step", "2", "--new-run-id", "b",
+                        "--set", "behaviour.pause_s=2.5", "--run", "--json")  # fmt: skip
+    assert forked.returncode == 0, forked.stderr
+    summary = json.loads(forked.stdout)
+    assert summary["behaviour"] == "relay_agents:Relay" and summary["behaviour_params"] == {"hops": 4, "pause_s": 2.5}
+    line = one_line(megaactors("fork", "--db", db, "--run-id", "a", "--step", "2", "--new-run-id", "c",
+                               "--set", "behaviour=chat-round"))  # fmt: skip
+    assert "a fork keeps" in line and "behaviour" in line
+
+
 def test_a_changed_behaviour_is_refused_on_resume(user_module: Path) -> None:
     db = user_module / "q.db"
     out = megaactors("submit", "--db", str(db), "--run-id", "r", "--behaviour", "relay_agents:Relay", "--agents", "20")

@@ -305,6 +305,26 @@ def test_progress_bar_counts_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
 # ---------------------------------------------------------------------- reading results
 
 
+def test_a_results_file_from_before_behaviours_graphs_and_prices_reads_and_extends(tmp_path: Path) -> None:
+    from megaactors.experiments.result_rows import ADDED_COLUMNS
+
+    run_sweep({"topology": "star", "agents": [10, 20], "model": "gpt-4o"}, tmp_path, workers=0, progress=False)
+    with open(tmp_path / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    old = [c for c in COLUMNS if c not in ADDED_COLUMNS]
+    with open(tmp_path / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, old, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "wall_s": "777.0"})  # a recomputed row would lose the mark
+    df = load_results(tmp_path)
+    assert list(df["behaviour"]) == ["chat-round"] * 2 and list(df["behaviour_params"]) == ["{}"] * 2
+    assert list(df["price_in"]) == [PRICES["gpt-4o"].input_per_m] * 2 and df["degree"].isna().all()
+    wider = run_sweep({"topology": "star", "agents": [10, 20, 30], "model": "gpt-4o"}, tmp_path, workers=0,
+                      progress=False)  # fmt: skip
+    assert list(wider["wall_s"])[:2] == [777.0, 777.0] and len(wider) == 3
+
+
 def _write_results(path: Path) -> list[str]:
     run_sweep({"topology": "star", "agents": [10, 20, 30]}, path, workers=0, progress=False)
     return (path / "results.csv").read_text().splitlines()
