@@ -48,26 +48,11 @@ _NOTHING, _SEND_ROUND, _TASK_DOWN, _RESULT_UP, _ANSWER = 0, 1, 2, 3, 4
 
 def mesh_channels(org: Organisation, a: int) -> list[tuple[str, list[int]]]:
     """Channels and peers of ``a`` for a symmetric exchange: each pair on one channel,
-    the first of intra, admin, hierarchy that allows it."""
+    the first of intra, admin, hierarchy that allows it (:meth:`Organisation.contacts`)."""
     if org.boss is None and org.kind in ("two-tier", "flat"):  # disjoint channels, tree edges inside groups
         pairs = ((INTRA, org.group_peers(a)), (ADMIN, org.admin_peers(a)))
         return [(channel, peers) for channel, peers in pairs if peers]
-    channels = []
-    intra = org.group_peers(a)
-    if intra:
-        channels.append((INTRA, intra))
-    admin = org.admin_peers(a)
-    tree = org.tree_neighbours(a)
-    if admin or tree:
-        covered = set(intra)
-        admin = [b for b in admin if b not in covered]
-        if admin:
-            channels.append((ADMIN, admin))
-            covered.update(admin)
-        tree = [b for b in tree if b not in covered]
-        if tree:
-            channels.append((HIERARCHY, tree))
-    return channels
+    return org.contacts(a)
 
 
 def mesh_degree(org: Organisation, a: int) -> int:
