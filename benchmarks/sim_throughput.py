@@ -22,7 +22,7 @@ from collections import deque
 
 from megaactors import ChatRound, Organisation, SimRuntime
 from megaactors.behaviours.chat_round import mesh_channels
-from megaactors.runtime.gc_tuning import quiet_gc
+from megaactors.runtime.gc_tuning import paused_gc
 
 
 def optimal_group_size(n: int) -> int:
@@ -41,7 +41,7 @@ def bare_rate(org: Organisation) -> tuple[float, int]:
     then every agent drains its queue."""
     peers = [[p for _, ps in mesh_channels(org, a) for p in ps] for a in range(org.n)]
     t0 = time.perf_counter()
-    with quiet_gc():
+    with paused_gc():  # as the simulation runs
         inboxes = [deque() for _ in range(org.n)]
         mid = 0
         for a in range(org.n):

@@ -78,6 +78,12 @@ def cases() -> dict[str, Callable[[], str]]:
         out[f"sim/chat2/{name}/cap3"] = lambda m=make: sim_digest(_sim(m(), ChatRound(2), 4, max_concurrent_llm=3))
     out["sim/chat3/two-tier-3000-g14"] = lambda: sim_digest(_sim(Organisation.two_tier(3000, 14), ChatRound(3), 8))
     out["sim/chat1/hierarchy-5000-k10"] = lambda: sim_digest(_sim(Organisation.hierarchy(5000, 10), ChatRound(1), 9))
+    # larger runs (recorded from the code before channel logs), where broadcasts go through shared logs
+    out["sim/chat2/two-tier-20000-g34/s5"] = lambda: sim_digest(_sim(Organisation.two_tier(20000, 34), ChatRound(2), 5))
+    out["sim/chat2/two-tier-boss-2000-g16/s6"] = lambda: sim_digest(
+        _sim(Organisation.two_tier(2000, 16, boss=True), ChatRound(2), 6)
+    )
+    out["sim/chat2/flat-300/s7"] = lambda: sim_digest(_sim(Organisation.flat(300), ChatRound(2), 7))
     out["sim/toolloop"] = lambda: sim_digest(_sim(Organisation.flat(6), ToolLoop(4), 5))
     out["sim/gituser"] = lambda: sim_digest(_sim(Organisation.flat(6), GitUser(), 6))
     out["sim/recruiter"] = lambda: sim_digest(_sim(Organisation.hierarchy(1, 3), Recruiter(), 7))

@@ -198,3 +198,53 @@ def test_malformed_sends_are_route_errors(recipients: list, needle: str) -> None
 
     with pytest.raises(RouteError, match=needle):
         run(Organisation.flat(4), Sender(1))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: Organisation.two_tier(600, 9), lambda: Organisation.hierarchy(300, 4), lambda: Organisation.star(50)],
+    ids=["two-tier", "hierarchy", "star"],
+)
+def test_a_run_makes_no_reference_cycles_for_the_paused_collector_to_miss(make) -> None:
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        result = run(make(), ChatRound(2), trace=True)
+        del result
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
+def test_a_batch_from_the_logs_is_counted_without_listing_its_packets() -> None:
+    seen = []
+
+    class Counting(ChatRound):
+        def on_batch(self, ctx, state, batch: Batch):
+            seen.append((len(batch), batch._packets is None, batch.nbytes()))
+            return super().on_batch(ctx, state, batch)
+
+    org = Organisation.two_tier(40, 8)
+    result = run(org, Counting(1))
+    assert seen and all(deferred for _, deferred, _ in seen)  # counted first, listed only when asked
+    assert sum(n for n, _, _ in seen) == result.ledger.messages
+    assert sum(b for _, _, b in seen) == result.ledger.bytes
+
+
+def test_queue_state_rebuilt_from_heads_and_live_packets_continues_the_run_exactly() -> None:
+    def summary(result):
+        return {k: v for k, v in result.summary().items() if k != "wall_s"}
+
+    reference = summary(run(Organisation.two_tier(60, 7), ChatRound(2), seed=3))
+    rt = SimRuntime(Organisation.two_tier(60, 7), ChatRound(2), seed=3, trace=False)
+    rt.start()
+    rt.advance(2.2)
+    n = len(rt.agents)
+    heads, live = [rt.mail.head(a) for a in range(n)], rt.mail.live()
+    queued = list(map(rt.queued, range(n)))
+    assert sum(queued) > 0 and any(h >= 0 for h in heads)
+    rt.mail.refill([live[i] for i in sorted(live)], heads)
+    assert [rt.mail.head(a) for a in range(n)] == heads and list(map(rt.queued, range(n))) == queued
+    assert summary(rt.run()) == reference

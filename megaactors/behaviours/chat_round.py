@@ -135,7 +135,7 @@ class ChatRound:
             r = state[_ROUND]
             ahead = 0 if r >= self.rounds else [p.payload[0] for p in batch.packets].count(r)
             state[_AHEAD] += ahead
-            state[_GOT] += len(batch.packets) - ahead
+            state[_GOT] += len(batch) - ahead
             if r < self.rounds and state[_GOT] == state[_EXPECTED]:
                 state[_TODO] = _SEND_ROUND
         return self._read

@@ -9,7 +9,7 @@ arithmetic. The tests check that arithmetic against the real encoder.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import Any, overload
 
@@ -182,15 +182,38 @@ class Batch:
     """The messages an agent took from its in-queue, built on access.
 
     In-queues hold packet references; a behaviour that only counts a batch, or
-    looks at its packets, never pays for message objects.
+    looks at its packets, never pays for message objects. A runtime whose
+    in-queues are shared logs hands over a :meth:`deferred` batch: its packets are
+    gathered the first time they are asked for, so a behaviour that only counts
+    its batch pays nothing per message.
     """
 
-    __slots__ = ("packets", "recipient")
+    __slots__ = ("_count", "_gather", "_packets", "_source", "recipient")
 
     def __init__(self, recipient: int, packets: list[Packet]) -> None:
         self.recipient = recipient
-        self.packets = packets
+        self._packets: list[Packet] | None = packets
+        self._count = len(packets)
+        self._gather: Callable[[Any], list[Packet]] | None = None
+        self._source: Any = None
+
+    @classmethod
+    def deferred(cls, recipient: int, count: int, gather: Callable[[Any], list[Packet]], source: Any) -> Batch:
+        """A batch of ``count`` messages whose packets ``gather(source)`` returns, in
+        arrival order, when they are first asked for."""
+        batch = cls.__new__(cls)
+        batch.recipient, batch._count = recipient, count
+        batch._packets, batch._gather, batch._source = None, gather, source
+        return batch
+
+    @property
+    def packets(self) -> list[Packet]:
         """The packet of each message, in arrival order."""
+        packets = self._packets
+        if packets is None:
+            packets = self._packets = self._gather(self._source)  # type: ignore[misc]
+            self._gather = self._source = None
+        return packets
 
     @classmethod
     def of(cls, recipient: int, messages: Iterable[Message]) -> Batch:
@@ -203,7 +226,7 @@ class Batch:
         return cls(recipient, packets)
 
     def __len__(self) -> int:
-        return len(self.packets)
+        return self._count
 
     @overload
     def __getitem__(self, index: int) -> Message: ...
@@ -222,10 +245,10 @@ class Batch:
 
     def nbytes(self) -> int:
         """Encoded size of every message in the batch."""
-        return sum(map(_copy_bytes, self.packets)) + len(self.packets) * int_size(self.recipient)
+        return sum(map(_copy_bytes, self.packets)) + self._count * int_size(self.recipient)
 
     def __repr__(self) -> str:
-        return f"Batch(recipient={self.recipient}, messages={len(self.packets)})"
+        return f"Batch(recipient={self.recipient}, messages={self._count})"
 
 
 Sequence.register(Batch)

@@ -57,14 +57,12 @@ LLMCallHook = Callable[[int, int, LLMReply], None]
 ToolGate = Callable[[int, int, ToolCall, Callable[[], Any]], Any]
 """Runs a tool function: ``(agent, invocation_index, call, run) -> value``."""
 
-_AGENT = tuple(map(attrgetter, ("state", "data", "batch_tokens", "pending", "outbox", "inbox")))
+_AGENT = tuple(map(attrgetter, ("state", "data", "batch_tokens", "pending", "outbox")))
 _PACKET = attrgetter("first_id", "sender", "channel", "kind", "payload", "parent", "sent_at", "overhead")
 _RECIPIENTS = attrgetter("recipients")
 _SENDER = attrgetter("sender")
 _CHANNEL = attrgetter("channel")
 _MEMORY = attrgetter("memory")
-_INBOX = attrgetter("inbox")
-_FIRST_ID = attrgetter("first_id")
 _FIRST = itemgetter(0)
 _SECOND = itemgetter(1)
 _THIRD = itemgetter(2)
@@ -375,10 +373,7 @@ class DurableSim(SimRuntime):
     def full(self) -> dict[str, Any]:
         """The whole state between two super-steps; later deltas are relative to it."""
         agents = self.agents
-        live: dict[int, Packet] = {}
-        for a in agents:
-            for p in a.inbox:
-                live[p.first_id] = p
+        live = self.mail.live()
         out = self._common()
         out.update(
             kind="full",
@@ -430,10 +425,10 @@ class DurableSim(SimRuntime):
         filled[receivers] = True
         filled &= (heads == -1) & (awake == 1) & ~changed
         del heads
-        head_ids = np.flatnonzero(filled).tolist()
-        inboxes = list(map(_INBOX, map(agents.__getitem__, head_ids)))
-        head_ids = list(compress(head_ids, inboxes))
-        head_values = list(map(_FIRST_ID, map(_FIRST, compress(inboxes, inboxes))))
+        candidates = np.flatnonzero(filled).tolist()
+        found = list(map(self.mail.head, candidates))
+        head_ids = [a for a, h in zip(candidates, found, strict=True) if h >= 0]
+        head_values = [h for h in found if h >= 0]
         np.frombuffer(shadow, dtype=np.int64)[head_ids] = head_values
         out = self._common()
         out.update(
@@ -456,7 +451,7 @@ class DurableSim(SimRuntime):
     def mark_clean(self) -> None:
         """Take the current state as the base of the next delta."""
         agents = self.agents
-        self._shadow_heads = self._heads_of(agents)
+        self._shadow_heads = self._heads()
         self._shadow_awake = bytes(self._awake)
         self._llm_at_mark = np.fromiter((type(a.pending) is tuple for a in agents), dtype=bool, count=len(agents))
         self._reset_tracking()
@@ -476,9 +471,8 @@ class DurableSim(SimRuntime):
     def _ledger_columns(self) -> dict[str, array[Any]]:
         return {**self.ledger.per_agent, "cost": self.ledger.cost_per_agent}
 
-    @staticmethod
-    def _heads_of(agents: Iterable[Any]) -> array[int]:
-        return array("q", [a.inbox[0].first_id if a.inbox else -1 for a in agents])
+    def _heads(self) -> array[int]:
+        return array("q", map(self.mail.head, range(len(self.agents))))
 
     def _trace_rows(self, start: tuple[int, int]) -> list[bytes] | None:
         """Trace rows from ``start`` = (transitions, batches) on."""
@@ -521,7 +515,7 @@ class DurableSim(SimRuntime):
         request queued behind the cap ``[1, request]`` or the start effects ``0``."""
         agents = self.agents
         chosen = list(map(agents.__getitem__, ids))
-        state, data, batch_tokens, pending, outbox, inbox = (list(map(get, chosen)) for get in _AGENT)
+        state, data, batch_tokens, pending, outbox = (list(map(get, chosen)) for get in _AGENT)
         if memory_kinds is None:
             memory = [None, list(map(_MEMORY, chosen))]
         else:
@@ -545,9 +539,7 @@ class DurableSim(SimRuntime):
                     other[i] = [3, _encode_call(p.call), p.requested, p.started, *running]
                 else:
                     other[i] = [1, *_encode_request(p)]
-        heads = np.full(len(ids), -1, dtype=np.int64)
-        queued = list(compress(range(len(ids)), inbox))
-        heads[queued] = list(map(_FIRST_ID, map(_FIRST, map(inbox.__getitem__, queued))))
+        heads = np.fromiter(map(self.mail.head, ids), dtype=np.int64, count=len(ids))
         return {
             "ids": array("q", ids).tobytes(),
             "heads": heads.tobytes(),
@@ -619,10 +611,8 @@ class DurableSim(SimRuntime):
             self.start()
             if base["n"] != len(self.agents):
                 raise StateError(f"the genesis has {base['n']} agents but these parameters build {len(self.agents)}")
-            for a in self.agents:
-                for p in a.inbox:
-                    packets[p.first_id] = p
-            heads = self._heads_of(self.agents)
+            packets.update(self.mail.live())
+            heads = self._heads()
             flight.update(self._flights())
             self.started = False
         else:
@@ -766,15 +756,7 @@ class DurableSim(SimRuntime):
         led._stages = {k: list(v) for k, v in ls["stages"].items()}
 
     def _fill_inboxes(self, heads: array[int], packets: dict[int, Packet]) -> None:
-        agents = self.agents
-        for a in agents:
-            a.inbox.clear()
-        for first_id in sorted(packets):
-            p = packets[first_id]
-            for r in p.recipients:
-                head = heads[r]
-                if 0 <= head <= first_id:
-                    agents[r].inbox.append(p)
-        for a in agents:
-            if heads[a.id] >= 0 and (not a.inbox or a.inbox[0].first_id != heads[a.id]):
-                raise StateError(f"agent {a.id}: its queued packet {heads[a.id]} is missing from the snapshot")
+        self.mail.refill([packets[i] for i in sorted(packets)], heads)
+        for aid, head in enumerate(heads):
+            if head >= 0 and self.mail.head(aid) != head:
+                raise StateError(f"agent {aid}: its queued packet {head} is missing from the snapshot")

@@ -461,7 +461,7 @@ def sample_queues(runtime: SimRuntime) -> pd.DataFrame:
     samples: list[tuple[int, float, int, int, int]] = []
 
     def sample() -> None:
-        depths = [len(a.inbox) for a in runtime.agents]
+        depths = list(map(runtime.queued, range(len(runtime.agents))))
         busy = sum(1 for a in runtime.agents if a.state is AgentState.PROCESSING)
         samples.append((runtime.steps, runtime.now, sum(depths), max(depths, default=0), busy))
 

@@ -25,11 +25,9 @@ under its own.
 
 from __future__ import annotations
 
-import gc
 import inspect
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from megaactors.core.agent import Agent, AgentState
@@ -49,6 +47,7 @@ from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
 from megaactors.core.trace import Trace
 from megaactors.errors import ParameterError
+from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
 
@@ -62,18 +61,6 @@ def is_async_llm(llm: Any) -> bool:
     """True if ``llm`` answers with ``await llm.acomplete(...)`` (a real endpoint)
     rather than ``llm.complete(...)`` plus a simulated wait."""
     return inspect.iscoroutinefunction(getattr(llm, "acomplete", None))
-
-
-@contextmanager
-def _paused_gc() -> Iterator[None]:
-    """No cyclic garbage collection in the block (as it was afterwards)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class LiveRuntime:
@@ -109,7 +96,7 @@ class LiveRuntime:
         self.time_scale = float(time_scale)
         self.tools = tools or {}
         init = behaviour.init
-        with _paused_gc():  # millions of agents, no cycle among them
+        with paused_gc():  # millions of agents, no cycle among them
             self.agents: list[Agent] = [Agent(a, init(a, org)) for a in range(org.n)]
         self.ledger = Ledger(org.n)
         self.trace: Trace | None = Trace() if trace else None

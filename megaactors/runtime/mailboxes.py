@@ -18,212 +18,91 @@ message id. In a one-process run that is exactly arrival order, since ids are
 handed out as messages are delivered; in a sharded run a message from another
 process may come later than its id says.
 
-A log keeps an entry until every subscriber has read past it; the runtime keeps,
-per log, the set of its Idle subscribers, so that a broadcast wakes only them. The
-packet of a broadcast lists its recipients as a :class:`Without` view of the
-organisation's own member list (same ids, same order) rather than a list per send.
+A log keeps an entry until every subscriber has read past it (see
+:mod:`megaactors.runtime.channel_log`). The asyncio runtime keeps, per log, the set
+of its Idle subscribers, so that a broadcast wakes only them; the simulation opens a
+log at its first broadcast (``lazy``) and takes batches without listing their
+packets (:meth:`Mailboxes.take_later`), so that reading costs nothing per message
+unless its behaviour looks at them.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain, islice, pairwise
+from collections.abc import Iterable, Sequence
 from operator import attrgetter
-from typing import Any, overload
+from typing import Any
 
 from megaactors.core.messages import ADMIN, INTRA, Packet
 from megaactors.core.organisation import Organisation
+from megaactors.runtime.channel_log import ChannelLog, LogSlice, Without, gather, member_position
+from megaactors.runtime.postman import is_broadcast
 
-__all__ = ["ChannelLog", "Mailboxes", "Without"]
+__all__ = ["ChannelLog", "LogSlice", "Mailboxes", "Without", "gather"]
 
 _copy_bytes = attrgetter("copy_bytes")
-_first_id = attrgetter("first_id")
-_MIN_TRIM = 64
-
-
-class Without(Sequence[int]):
-    """The first ``size`` ids of ``members`` but the one at position ``skip``: the
-    recipients of a broadcast (a group or the admins less the sender) in a few
-    bytes instead of a list of them all. ``members`` only ever grows at its end."""
-
-    __slots__ = ("members", "size", "skip")
-
-    def __init__(self, members: list[int], skip: int, size: int) -> None:
-        self.members = members
-        self.skip = skip
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size - 1
-
-    @overload
-    def __getitem__(self, index: int) -> int: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[int]: ...
-    def __getitem__(self, index: int | slice) -> int | list[int]:
-        if isinstance(index, slice):
-            start, stop, step = index.indices(self.size - 1)
-            if step != 1:
-                return self.as_list()[index]
-            members, skip = self.members, self.skip  # positions from skip on are one further
-            head = members[start : min(stop, skip)] if start < skip else []
-            return head + members[max(start, skip) + 1 : stop + 1] if stop > skip else head
-        count = self.size - 1
-        if index < 0:
-            index += count
-        if not 0 <= index < count:
-            raise IndexError("recipient index out of range")
-        return self.members[index + (index >= self.skip)]
-
-    def __iter__(self) -> Iterator[int]:
-        members, skip = self.members, self.skip
-        return chain(islice(members, skip), islice(members, skip + 1, self.size))
-
-    def as_list(self) -> list[int]:
-        members, skip = self.members, self.skip
-        return members[:skip] + members[skip + 1 : self.size]
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Without):
-            other = other.as_list()
-        return isinstance(other, (list, tuple)) and self.as_list() == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Without({self.as_list()!r})"
-
-
-def _position(members: list[int], a: int) -> int:
-    """Where ``a`` is in ``members``, guessed from consecutive or sorted ids first."""
-    i = a - members[0]
-    if 0 <= i < len(members) and members[i] == a:
-        return i
-    i = bisect_left(members, a)
-    if i < len(members) and members[i] == a:
-        return i
-    return members.index(a)
-
-
-class ChannelLog:
-    """The packets broadcast to the subscribers of one channel, oldest first, with a
-    read cursor per subscriber (absolute positions: ``base`` entries were dropped)."""
-
-    __slots__ = ("base", "behind", "complete", "cursors", "end", "idle", "mine", "packets", "sums", "trim_at")
-
-    def __init__(self, complete: bool = True) -> None:
-        self.base = 0
-        """Entries dropped from the front (read by every subscriber)."""
-        self.end = 0
-        """Entries ever posted: the position of the next one."""
-        self.packets: list[Packet] = []
-        self.sums = [0]
-        """Running sums of ``copy_bytes``: ``sums[i]`` covers ``packets[:i]``."""
-        self.cursors: dict[int, int] = {}
-        """Subscriber -> position of its first unread entry."""
-        self.mine: dict[int, list[int]] = {}
-        """Subscriber -> positions of its own posts that lie past its cursor."""
-        self.idle: set[int] = set()
-        """Subscribers that wait for a message (kept by the runtime)."""
-        self.complete = complete
-        """Whether every member of the channel subscribes here (one process)."""
-        self.trim_at = _MIN_TRIM
-        self.behind = 0
-        """Subscribers with something unread: at 0 the log is emptied."""
-
-    def subscribe(self, agent: int) -> None:
-        """Make ``agent`` a reader from now on (no-op if it is one)."""
-        self.cursors.setdefault(agent, self.end)
-
-    def post(self, packet: Packet, sender: int) -> None:
-        """Append a broadcast by ``sender``, which never reads its own posts."""
-        at = self.end
-        self.packets.append(packet)
-        sums = self.sums
-        sums.append(sums[-1] + packet.copy_bytes)
-        self.end = at + 1
-        self.behind = len(self.cursors)
-        cursor = self.cursors.get(sender)
-        if cursor is not None:
-            if cursor == at:  # nothing else unread: read past its own post at once
-                self.cursors[sender] = at + 1
-                self.behind -= 1
-            else:
-                self.mine.setdefault(sender, []).append(at)
-        if len(self.packets) >= self.trim_at:
-            self._trim()
-
-    def _trim(self) -> None:
-        """Drop the entries every subscriber has read. It costs one look at every
-        cursor, so it runs once the log has grown by as many entries as it has
-        subscribers: amortised O(1) per post (a log that everyone has read to the
-        end is emptied at once by :meth:`read`)."""
-        low = min(self.cursors.values(), default=self.end)
-        cut = low - self.base
-        if cut > 0:
-            del self.packets[:cut]
-            del self.sums[:cut]
-            self.base = low
-        self.trim_at = len(self.packets) + max(_MIN_TRIM, len(self.cursors))
-
-    def unread(self, agent: int) -> int:
-        """Messages waiting here for ``agent``."""
-        return self.end - self.cursors[agent] - len(self.mine.get(agent, ()))
-
-    def read(self, agent: int) -> tuple[list[Packet], int]:
-        """Everything ``agent`` has not read yet (its own posts left out) and the sum
-        of their ``copy_bytes``; the cursor moves to the end."""
-        base, packets, sums = self.base, self.packets, self.sums
-        start, stop = self.cursors[agent] - base, len(packets)
-        if start == stop:
-            return [], 0
-        self.cursors[agent] = self.end
-        taken, nbytes = packets[start:stop], sums[stop] - sums[start]
-        own = self.mine.pop(agent, None)
-        if own is not None:
-            for at in reversed(own):
-                nbytes -= taken.pop(at - base - start).copy_bytes
-        self.behind -= 1
-        if not self.behind:  # everyone has read everything
-            self.packets, self.sums, self.base = [], [0], self.end
-        return taken, nbytes
 
 
 class Mailboxes:
     """The in-queues of the agents one process runs: each agent's private in-queue
-    (``inboxes[a]``, its ``agent.inbox``) plus the logs of the channels it reads."""
+    (``inboxes[a]``, its ``agent.inbox``) plus the logs of the channels it reads.
 
-    def __init__(self, org: Organisation, inboxes: list[list[Packet]], local: range | None = None) -> None:
+    With ``lazy`` a log is opened (every member of its channel subscribed at its
+    start) when the first broadcast is posted to it, so channels nobody broadcasts
+    on cost nothing; this suits a runtime that finds Idle readers itself. Otherwise
+    every log is opened up front, as the per-log sets of Idle readers need."""
+
+    def __init__(
+        self, org: Organisation, inboxes: list[list[Packet]], local: range | None = None, *, lazy: bool = False
+    ) -> None:
         self.org = org
         self.inboxes = inboxes
         self.local = local
         """Ids of the agents this process runs (``None``: every agent, recruits too)."""
+        self.lazy = lazy
         self.group_logs: dict[int, ChannelLog] = {}
         self.admin_log = ChannelLog(complete=self._all_local(org.admins))
+        self._admins_open = not lazy
         self.reads: list[tuple[ChannelLog, ...]] = [()] * org.n
         """Agent -> the logs it reads."""
         self.dirty: set[ChannelLog] = set()
         """Logs posted to since the runtime last woke their Idle readers."""
         self.admins_sorted = org.admins == sorted(org.admins)
-        self._subscribe_all()
+        if not lazy:
+            self._subscribe_all()
 
     def _subscribe_all(self) -> None:
         """Every agent this process runs reads the logs of the groups it is in (as
         member or admin) and, if an admin, the admins' log (what :meth:`subscribe`
         does one agent at a time)."""
-        org, local, reads = self.org, self.local, self.reads
-        for g, members in enumerate(org.groups):
-            mine = members if local is None else [m for m in members if m in local]
-            if mine:
-                log = self.group_logs[g] = ChannelLog(complete=len(mine) == len(members))
-                log.cursors = dict.fromkeys(mine, 0)
-                for m in mine:
-                    reads[m] += (log,)
-        admins = org.admins if local is None else [a for a in org.admins if a in local]
-        self.admin_log.cursors = dict.fromkeys(admins, 0)
+        for g in range(len(self.org.groups)):
+            self._open(g)
+        self._open_admins()
+
+    def _local(self, members: list[int]) -> list[int]:
+        local = self.local
+        return members if local is None else [m for m in members if m in local]
+
+    def _open(self, g: int) -> ChannelLog | None:
+        """Make the log of group ``g``, every member this process runs subscribed at
+        its start (None when it runs none)."""
+        members = self.org.groups[g]
+        mine = self._local(members)
+        if not mine:
+            return None
+        log = self.group_logs[g] = ChannelLog(complete=len(mine) == len(members))
+        log.cursors = dict.fromkeys(mine, log.end)
+        reads = self.reads
+        for m in mine:
+            reads[m] += (log,)
+        return log
+
+    def _open_admins(self) -> None:
+        log, reads = self.admin_log, self.reads
+        admins = self._local(self.org.admins)
+        log.cursors = dict.fromkeys(admins, log.end)
         for a in admins:
-            reads[a] += (self.admin_log,)
+            reads[a] += (log,)
+        self._admins_open = True
 
     def _all_local(self, members: Iterable[int]) -> bool:
         local = self.local
@@ -244,8 +123,12 @@ class Mailboxes:
         if len(reads) < org.n:
             reads.extend([()] * (org.n - len(reads)))
         mg, ag = org.member_group[agent], org.admin_group[agent]
-        logs = [self._group_log(g) for g in dict.fromkeys((mg, ag)) if g >= 0]
-        if ag >= 0:
+        groups = [g for g in dict.fromkeys((mg, ag)) if g >= 0]
+        if self.lazy:  # a log not opened yet will subscribe its members when it is
+            logs = [self.group_logs[g] for g in groups if g in self.group_logs]
+        else:
+            logs = [self._group_log(g) for g in groups]
+        if ag >= 0 and self._admins_open:
             logs.append(self.admin_log)
         for log in logs:
             log.subscribe(agent)
@@ -264,18 +147,25 @@ class Mailboxes:
                 return
             members = org.groups[groups.pop()]
         if len(packet.recipients) == len(members) - 1:
-            packet.recipients = Without(members, _position(members, sender), len(members))
+            packet.recipients = Without(members, member_position(members, sender), len(members))
 
     def posts_for(self, sender: int, channel: str) -> tuple[ChannelLog, ...]:
         """The logs a broadcast by ``sender`` on ``channel`` goes to (those this
-        process holds)."""
+        process holds; a lazy one is opened here)."""
         if channel == ADMIN:
+            if not self._admins_open:
+                self._open_admins()
             return (self.admin_log,)
         if channel != INTRA:
             return ()
         org, logs = self.org, self.group_logs
         mg, ag = org.member_group[sender], org.admin_group[sender]
-        found = (logs.get(mg) if mg >= 0 else None, logs.get(ag) if 0 <= ag != mg else None)
+        found = [logs.get(mg) if mg >= 0 else None, logs.get(ag) if 0 <= ag != mg else None]
+        if self.lazy:
+            if found[0] is None and mg >= 0:
+                found[0] = self._open(mg)
+            if found[1] is None and 0 <= ag != mg:
+                found[1] = self._open(ag)
         return tuple(log for log in found if log is not None)
 
     def post(self, packet: Packet) -> bool:
@@ -288,6 +178,34 @@ class Mailboxes:
             self.dirty.add(log)
             complete = complete and log.complete
         return complete
+
+    def share(self, packet: Packet) -> Sequence[int]:
+        """:meth:`compact` a broadcast and append it to its logs, in one pass, for a
+        runtime that finds the Idle ones among its recipients itself; return where
+        to look for them: its recipients in order, possibly with its sender among
+        them."""
+        sender = packet.sender
+        if packet.channel == ADMIN:
+            if not self._admins_open:
+                self._open_admins()
+            log: ChannelLog | None = self.admin_log
+            members = self.org.admins
+        else:
+            org = self.org
+            mg, ag = org.member_group[sender], org.admin_group[sender]
+            if 0 <= ag != mg:  # an agent of one group that administers another: two logs
+                for log in self.posts_for(sender, INTRA):
+                    log.post(packet, sender)
+                return packet.recipients
+            members = org.groups[mg]
+            log = self.group_logs.get(mg)
+            if log is None:
+                log = self._open(mg)
+        if len(packet.recipients) == len(members) - 1:
+            packet.recipients = Without(members, member_position(members, sender), len(members))
+        if log is not None:
+            log.post(packet, sender)
+        return members
 
     def pending(self, agent: int) -> bool:
         """Whether a message waits for ``agent``."""
@@ -302,27 +220,84 @@ class Mailboxes:
         """How many messages wait for ``agent``."""
         return len(self.inboxes[agent]) + sum(log.unread(agent) for log in self.reads[agent])
 
+    def head(self, agent: int) -> int:
+        """``first_id`` of the first packet waiting for ``agent`` (-1: none). Every
+        packet addressed to it from that one on waits for it too (a batch takes
+        everything)."""
+        inbox = self.inboxes[agent]
+        best = inbox[0].first_id if inbox else -1
+        for log in self.reads[agent]:
+            at = log.cursors[agent]
+            if at < log.end:  # the entry at a cursor is never the reader's own
+                first = log.packets[at - log.base].first_id
+                if best < 0 or first < best:
+                    best = first
+        return best
+
+    def live(self) -> dict[int, Packet]:
+        """Every packet some agent has yet to read, by ``first_id`` (a log's entries
+        from its lowest cursor on)."""
+        packets = {p.first_id: p for inbox in self.inboxes for p in inbox}
+        for log in self._logs():
+            low = min(log.cursors.values(), default=log.end)
+            packets.update((p.first_id, p) for p in log.packets[low - log.base :])
+        return packets
+
+    def refill(self, packets: Iterable[Packet], heads: Sequence[int]) -> None:
+        """Rebuild every in-queue from ``packets`` (in id order, every one some agent
+        had yet to read) and each agent's :meth:`head`: an agent reads the packets
+        addressed to it from its head on. A broadcast (as the organisation stands)
+        goes to its logs, anything else to the private in-queues."""
+        org, inboxes = self.org, self.inboxes
+        for inbox in inboxes:
+            inbox.clear()
+        self.group_logs, self.admin_log = {}, ChannelLog(complete=self._all_local(org.admins))
+        self.reads[:] = [()] * org.n  # in place: a runtime may hold on to the list
+        self.dirty = set()
+        self._admins_open = False
+        if not self.lazy:
+            self._subscribe_all()
+        posted: dict[ChannelLog, list[Packet]] = {}
+        for p in packets:
+            if is_broadcast(org, p.sender, list(p.recipients), p.channel):
+                self.compact(p)
+                for log in self.posts_for(p.sender, p.channel):
+                    posted.setdefault(log, []).append(p)
+                continue
+            for r in p.recipients:
+                if 0 <= heads[r] <= p.first_id:
+                    inboxes[r].append(p)
+        for log in self._logs():
+            log.refill(posted.get(log, []), heads)
+
+    def _logs(self) -> list[ChannelLog]:
+        return [*self.group_logs.values(), *([self.admin_log] if self._admins_open else [])]
+
     def take(self, agent: int) -> tuple[list[Packet], int]:
         """Empty ``agent``'s in-queues: the packet of each message, by message id when
         they come from more than one queue, and the sum of their ``copy_bytes``."""
+        _, nbytes, parts = self.take_later(agent)
+        return gather(parts), nbytes
+
+    def take_later(self, agent: int) -> tuple[int, int, list[list[Packet] | LogSlice]]:
+        """Empty ``agent``'s in-queues as :meth:`take` does, but return the number of
+        messages, the sum of their ``copy_bytes`` and the parts that :func:`gather`
+        lists their packets from: nothing is done per message until then."""
         inbox = self.inboxes[agent]
-        parts: list[list[Packet]] = []
-        nbytes = 0
+        parts: list[list[Packet] | LogSlice] = []
+        count = nbytes = 0
         if inbox:
-            parts.append(inbox.copy())
+            private = inbox.copy()
             inbox.clear()
-            nbytes = sum(map(_copy_bytes, parts[0]))
+            parts.append(private)
+            count, nbytes = len(private), sum(map(_copy_bytes, private))
         for log in self.reads[agent]:
             if log.cursors[agent] < log.end:
-                packets, size = log.read(agent)
-                if packets:
-                    parts.append(packets)
-                    nbytes += size
-        if len(parts) == 1:
-            return parts[0], nbytes
-        if not parts:
-            return [], 0
-        return _by_id(parts), nbytes
+                part, unread, size = log.take(agent)  # type: ignore[misc]
+                parts.append(part)
+                count += unread
+                nbytes += size
+        return count, nbytes, parts
 
     def idle(self, agent: int) -> None:
         """``agent`` waits: a post to one of its logs must wake it."""
@@ -333,12 +308,3 @@ class Mailboxes:
         """``agent`` was woken."""
         for log in self.reads[agent]:
             log.idle.discard(agent)
-
-
-def _by_id(parts: list[list[Packet]]) -> list[Packet]:
-    """Concatenate packet lists, each in id order, into one in id order: in the order
-    of their first ids when they do not interleave, else sorted."""
-    parts.sort(key=lambda part: part[0].first_id)
-    if all(a[-1].first_id < b[0].first_id for a, b in pairwise(parts)):
-        return list(chain.from_iterable(parts))
-    return sorted(chain.from_iterable(parts), key=_first_id)

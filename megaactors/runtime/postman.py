@@ -125,7 +125,6 @@ class Postman:
     def __init__(self, org: Organisation, ledger: Ledger, next_message_id: int = 0) -> None:
         self.org = org
         self.ledger = ledger
-        self.next_message_id = next_message_id
         self.broadcast = False
         """Whether the last send stamped went to every peer of its sender on its
         channel (:func:`is_broadcast`)."""
@@ -136,6 +135,19 @@ class Postman:
         self._sent, self._bytes_sent = per_agent["sent"], per_agent["bytes_sent"]
         self._batches, self._received = per_agent["batches"], per_agent["received"]
         self._bytes_received = per_agent["bytes_received"]
+        self._next_id = self._id_size = self._id_bound = 0
+        self.next_message_id = next_message_id
+
+    @property
+    def next_message_id(self) -> int:
+        """The id the next message will get."""
+        return self._next_id
+
+    @next_message_id.setter
+    def next_message_id(self, value: int) -> None:
+        self._next_id = value
+        self._id_size = int_size(value)
+        self._id_bound = next(b for b in (*_ID_SIZE_BOUNDS, 1 << 64) if b > value)
 
     def recipient_sizes(self) -> bytes:
         """``int_size(r)`` for every agent id ``r``, as a lookup table."""
@@ -175,21 +187,30 @@ class Postman:
         message ids cross a size boundary (every copy of a packet has the same size
         but for its recipient)."""
         recipients, channel = send.recipients, send.channel
-        self.broadcast = check_routes(self.org, sender, recipients, channel)
-        first = self.next_message_id
-        packets = []
-        mid = first
-        for part in _uniform_id_parts(recipients, first):
-            packets.append(Packet(sender, channel, send.kind, send.payload, send.parent, now, mid, part))
-            mid += len(part)
-        self.next_message_id = mid
-        count = mid - first
+        broadcast = self.broadcast = check_routes(self.org, sender, recipients, channel)
+        first = self._next_id
+        count = len(recipients)
+        mid = first + count
+        if mid <= self._id_bound:  # every id of the send has the size of the first
+            packets = [Packet(sender, channel, send.kind, send.payload, send.parent, now, first, recipients)]
+            id_bytes = count * self._id_size
+            self._next_id = mid
+        else:
+            packets = []
+            at = first
+            for part in _uniform_id_parts(recipients, first):
+                packets.append(Packet(sender, channel, send.kind, send.payload, send.parent, now, at, part))
+                at += len(part)
+            id_bytes = int_size_total(first, mid)
+            self.next_message_id = mid
         # every envelope is the packet plus its id and its recipient
-        if self.broadcast:
+        if broadcast:
             recipient_bytes = self._broadcast_size(sender, channel, count)
+        elif count == 1:
+            recipient_bytes = self.recipient_sizes()[recipients[0]]
         else:
             recipient_bytes = sum(map(self.recipient_sizes().__getitem__, recipients))
-        nbytes = count * packets[0].overhead + int_size_total(first, mid) + recipient_bytes
+        nbytes = count * packets[0].overhead + id_bytes + recipient_bytes
         ledger = self.ledger
         ledger.messages += count
         ledger.bytes += nbytes

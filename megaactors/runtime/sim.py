@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import repeat
 from typing import Any
 
@@ -39,7 +39,8 @@ from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
 from megaactors.core.trace import Trace
 from megaactors.runtime.events import EventQueue
-from megaactors.runtime.gc_tuning import quiet_gc
+from megaactors.runtime.gc_tuning import paused_gc
+from megaactors.runtime.mailboxes import Mailboxes, gather
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
 
@@ -91,6 +92,11 @@ class SimRuntime:
         self._inboxes = [a.inbox for a in self.agents]
         self._awake = bytearray(org.n)
         """1 while an agent is busy or queued to run: a delivery need not wake it."""
+        self.mail = Mailboxes(org, self._inboxes, lazy=True)
+        """The in-queues: a broadcast is one entry in its channel's shared log, any
+        other send a packet reference in each recipient's ``inbox`` (their state:
+        ``mail.head``, ``mail.live``, ``mail.refill``)."""
+        self._reads = self.mail.reads
         self.ledger = Ledger(org.n)
         self.trace: Trace | None = Trace() if trace else None
         self.now = 0.0
@@ -125,7 +131,7 @@ class SimRuntime:
 
     def run(self) -> RunResult:
         """Run until no agent has anything left to do; return the result."""
-        with quiet_gc():
+        with paused_gc():  # a run makes no reference cycles (see gc_tuning)
             wall0 = time.perf_counter()
             if not self.started:
                 self.start()
@@ -200,7 +206,7 @@ class SimRuntime:
     def result(self) -> RunResult:
         """Ledger, trace and states as they stand."""
         ledger = self.ledger
-        leftover = max((len(a.inbox) for a in self.agents), default=0)
+        leftover = max(map(self.queued, range(len(self.agents))), default=0)
         ledger.peak_queue_depth = max(ledger.peak_queue_depth, leftover)
         ledger.virtual_time_s = self.now
         ledger.wall_s = self._wall
@@ -211,6 +217,10 @@ class SimRuntime:
             trace=self.trace,
             states=[a.data for a in self.agents],
         )
+
+    def queued(self, agent: int) -> int:
+        """How many messages wait for ``agent``."""
+        return self.mail.queued(agent)
 
     def _ctx(self, a: Agent) -> AgentContext:
         return AgentContext(a.id, self.org, self.now, self._recruited.pop(a.id, ()) if self._recruited else ())
@@ -236,7 +246,7 @@ class SimRuntime:
             wake(agents[ready.popleft()])
 
     def _wake(self, a: Agent) -> None:
-        if a.pending is None and not a.inbox:
+        if a.pending is None and not self.mail.pending(a.id):
             self._awake[a.id] = 0
             return
         if self.serial:
@@ -264,11 +274,16 @@ class SimRuntime:
             a.pending = None
             self._apply(a, self._start_effects.pop(a.id))
             return
-        # Agent.take_batch, inlined: the in-queue list itself lives as long as the agent
-        inbox = a.inbox
-        batch = Batch(a.id, inbox.copy())
-        inbox.clear()
-        a.batch_tokens = -(-self.postman.take(batch) // self._bytes_per_token)
+        if self._reads[a.id]:  # it reads a channel log: nothing done per message here
+            count, copy_bytes, parts = self.mail.take_later(a.id)
+            batch = Batch.deferred(a.id, count, gather, parts)
+            nbytes = self.postman.account_batch(a.id, count, copy_bytes)
+        else:  # Agent.take_batch, inlined: the in-queue list itself lives as long as the agent
+            inbox = a.inbox
+            batch = Batch(a.id, inbox.copy())
+            inbox.clear()
+            nbytes = self.postman.take(batch)
+        a.batch_tokens = -(-nbytes // self._bytes_per_token)
         if trace is not None:
             trace.batch(a.id, now, len(batch))
         if ctx is None or ctx.recruited or self._recruited:
@@ -306,7 +321,9 @@ class SimRuntime:
             self.agents.append(agent)
             self._inboxes.append(agent.inbox)
             self._awake.append(0)
+            self.mail.subscribe(rid)
             new.append(rid)
+        self.mail.subscribe(a.id)  # it may administer a new group
         self.ledger.grow(self.org.n)
         self._recruited.setdefault(a.id, []).extend(new)
 
@@ -416,14 +433,19 @@ class SimRuntime:
         if a.outbox:
             self._deliver(a)
         if not a.inbox:
-            if trace is None:
-                a.state = IDLE  # from RESPONSE, set just above: legal
+            aid = a.id
+            for log in self._reads[aid]:  # Mailboxes.pending, inlined: anything unread?
+                if log.cursors[aid] < log.end:
+                    break
             else:
-                a.transition(IDLE, now, trace)
-            self._awake[a.id] = 0
-            if self.serial:
-                self._release(a)
-            return
+                if trace is None:
+                    a.state = IDLE  # from RESPONSE, set just above: legal
+                else:
+                    a.transition(IDLE, now, trace)
+                self._awake[aid] = 0
+                if self.serial:
+                    self._release(a)
+                return
         if self.serial and self._serial_waiting:
             a.transition(IDLE, now, trace)
             self._serial_waiting.append(a)
@@ -442,19 +464,30 @@ class SimRuntime:
     # ------------------------------------------------------------------ delivery (the hot loop)
 
     def _deliver(self, a: Agent) -> None:
-        """Flush the out-queue: a reference to each packet in each recipient's in-queue
-        (appended at C speed), then wake the recipients that were Idle, in order."""
-        stamp, now, sender = self.postman.stamp, self.now, a.id
+        """Flush the out-queue: a broadcast into its channel log(s), any other send as a
+        reference appended to each recipient's in-queue; wake the Idle ones in order."""
+        postman, now, sender = self.postman, self.now, a.id
+        stamp, share = postman.stamp, self.mail.share
         inboxes, awake = self._inboxes, self._awake
         is_awake = awake.__getitem__
         for send in a.outbox:
-            for packet in stamp(sender, send, now):
+            packets = stamp(sender, send, now)
+            if postman.broadcast and len(packets) == 1:
+                packet = packets[0]
+                if not all(map(is_awake, share(packet))):
+                    self._wake_idle(packet.recipients)
+                continue
+            for packet in packets:
                 recipients = packet.recipients
                 _consume(map(_append, map(inboxes.__getitem__, recipients), repeat(packet)))
                 if not all(map(is_awake, recipients)):
-                    ready_append = self._ready.append
-                    for r in recipients:
-                        if not awake[r]:
-                            awake[r] = 1
-                            ready_append(r)
+                    self._wake_idle(recipients)
         a.outbox = []
+
+    def _wake_idle(self, recipients: Iterable[int]) -> None:
+        """Queue the Idle ones among ``recipients`` to run, in order."""
+        awake, ready_append = self._awake, self._ready.append
+        for r in recipients:
+            if not awake[r]:
+                awake[r] = 1
+                ready_append(r)
