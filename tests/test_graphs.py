@@ -273,3 +273,36 @@ def test_bad_graph_input_is_one_line_and_exit_code_2_with_nothing_written(
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], (command, out.stderr)
     assert sorted(os.listdir(tmp_path)) == ["loop.edgelist"]
+
+
+def test_a_send_along_no_edge_or_on_no_channel_is_a_route_error_on_every_runtime() -> None:
+    from megaactors import Effects, Send
+
+    class Stray:
+        name = "stray"
+
+        def __init__(self, recipients: list[int], channel: str) -> None:
+            self.recipients, self.channel = recipients, channel
+
+        def init(self, agent: int, org: Organisation) -> None:
+            return None
+
+        def on_start(self, ctx: Any, state: Any) -> Any:
+            return Effects(sends=[Send(self.recipients, self.channel, "x", 1)]) if ctx.agent == 0 else None
+
+        def on_batch(self, ctx: Any, state: Any, batch: Any) -> Any:
+            return Effects()
+
+        def on_reply(self, ctx: Any, state: Any, reply: Any) -> Any:
+            return Effects()
+
+    for name in sorted(RUNTIMES):
+        for recipients, channel, needle in [
+            ([5], INTRA, "no edge 0 -> 5"),
+            ([1], "gossip", "not 'gossip'"),
+            ([1, 1], INTRA, "twice"),
+            ([], INTRA, "no recipient"),
+        ]:
+            org = Organisation.from_networkx(nx.path_graph(8))
+            with pytest.raises(RouteError, match=needle):
+                RUNTIMES[name](org, Stray(recipients, channel), SimulatedLLM(), trace=False).run()

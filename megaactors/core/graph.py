@@ -99,9 +99,12 @@ class CommunicationGraph:
         return len(self._targets) + sum(len(r) for rows in self._extra.values() for r in rows)
 
     def peers(self, a: int, channel: str) -> list[int]:
-        """The agents ``a`` may message on ``channel``, in increasing order."""
-        code = CHANNEL_CODES[channel]
-        if a < self._base:
+        """The agents ``a`` may message on ``channel``, in increasing order (none on a
+        channel that does not exist)."""
+        code = CHANNEL_CODES.get(channel)
+        if code is None:
+            return []
+        if 0 <= a < self._base:
             row = a * _K + code
             out: list[int] = self._targets[self._ptr[row] : self._ptr[row + 1]].tolist()
         else:
@@ -114,7 +117,7 @@ class CommunicationGraph:
     def contacts(self, a: int) -> list[tuple[str, list[int]]]:
         """Every channel on which ``a`` may message someone, with those agents."""
         out = []
-        for channel in self.channels_used if a < self._base and a not in self._extra else CHANNELS:
+        for channel in self.channels_used if a not in self._extra else CHANNELS:
             peers = self.peers(a, channel)
             if peers:
                 out.append((channel, peers))
@@ -123,14 +126,14 @@ class CommunicationGraph:
     def out_degree(self, a: int) -> int:
         """How many (recipient, channel) edges leave ``a``."""
         base = 0
-        if a < self._base:
+        if 0 <= a < self._base:
             base = int(self._ptr[(a + 1) * _K] - self._ptr[a * _K])
         extra = self._extra.get(a)
         return base + (sum(map(len, extra)) if extra else 0)
 
     def in_degree(self, a: int) -> int:
         """How many (sender, channel) edges reach ``a``: its messages of one round."""
-        base = int(self._in_degree[a]) if a < self._base else 0
+        base = int(self._in_degree[a]) if 0 <= a < self._base else 0
         return base + self._extra_in.get(a, 0)
 
     def channel_of(self, a: int, b: int) -> str | None:
@@ -142,7 +145,9 @@ class CommunicationGraph:
 
     def has_edge(self, a: int, b: int, channel: str) -> bool:
         """True if the edge ``a -> b`` exists on ``channel``."""
-        code = CHANNEL_CODES[channel]
+        code = CHANNEL_CODES.get(channel)
+        if code is None:
+            return False
         if 0 <= a < self._base:
             row = a * _K + code
             lo, hi = int(self._ptr[row]), int(self._ptr[row + 1])
