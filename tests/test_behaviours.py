@@ -83,6 +83,13 @@ class Sets:
 class NotOne:
     def init(self, agent, org):
         return None
+
+class Crashes(Sets):
+    def on_batch(self, ctx, state, batch):
+        raise ValueError("my own bug")
+    def on_start(self, ctx, state):
+        from megaactors import Send
+        return Effects(sends=[Send(ctx.org.contacts(ctx.agent)[0][1], "intra", "hi", 1)])
 """
 
 
@@ -181,6 +188,14 @@ def test_the_command_line_refuses_bad_behaviours_in_one_line_writing_nothing(use
     assert not list(user_module.glob("runs.db*"))
     # without a checkpoint, a set in a state is no problem
     assert megaactors("run", "--behaviour", "set_agents:Sets", "--agents", "12").returncode == 0
+
+
+def test_a_behaviour_that_raises_ends_the_run_with_one_line_naming_the_agent(user_module: Path) -> None:
+    line = one_line(megaactors("run", "--behaviour", "set_agents:Crashes", "--agents", "6"), code=1)
+    assert "agent" in line and "'set_agents:Crashes' failed on a batch" in line and "my own bug" in line
+    assert "internal error" not in line and "--debug shows the traceback" in line
+    debug = megaactors("run", "--behaviour", "set_agents:Crashes", "--agents", "6", "--debug")
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
 def test_behaviour_values_are_json_where_they_parse(user_module: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,8 @@ argument named like a run parameter (``rounds``, ``seed``, ``message_bytes``,
 behaviour that takes ``rounds``.
 
 A class is a behaviour when it has ``init``, ``on_start``, ``on_batch`` and
-``on_reply`` (and ``on_tool`` if it calls tools). Its *version* is recorded with
+``on_reply`` (and ``on_tool`` if it calls tools); an instance without a ``name``
+(the label errors and traces use) gets the name the run gave. Its *version* is recorded with
 every run so that a resumed or forked run rebuilds the same logic: the class's
 ``version`` attribute if it has one, else the installed distribution's version for
 an entry point, else a digest of the module's source file.
@@ -164,12 +165,18 @@ def build(name: str, params: Mapping[str, Any], run_parameters: Mapping[str, Any
     kwargs = {p.name: run_parameters[p.name] for p in info.parameters if p.name in run_parameters}
     kwargs.update(params)
     try:
-        return info.cls(**kwargs)
+        behaviour = info.cls(**kwargs)
     except Exception as exc:
         given = ", ".join(f"{k}={v!r}" for k, v in sorted(params.items())) or "no parameters"
         raise BehaviourLoadError(
             f"behaviour {name!r} refused its parameters ({given}): {type(exc).__name__}: {exc}"
         ) from None
+    if not isinstance(getattr(behaviour, "name", None), str):
+        try:  # runtimes name the behaviour in their errors: the name the run gave
+            behaviour.name = name
+        except AttributeError:
+            raise BehaviourLoadError(f"behaviour {name!r}: give the class a 'name' attribute (a string)") from None
+    return behaviour
 
 
 def describe(name: str, run_parameters: Collection[str] = ()) -> dict[str, Any]:
