@@ -174,7 +174,7 @@ def test_every_run_parameter_is_accepted_by_name_in_assignments() -> None:
         value = getattr(defaults, name)
         text = "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
         for spelling in (name, name.replace("_", "-")):
-            assert parse_assignment(f"{spelling}={text}", "--grid") == (p, [value])
+            assert parse_assignment(f"{spelling}={text}", "--grid") == (p.name, [value])
     with pytest.raises(CommandError, match="unknown parameter 'colour'; known: topology, agents"):
         parse_assignment("colour=red", "--set")
     with pytest.raises(CommandError, match="--set expects NAME=V1,V2"):
