@@ -129,6 +129,8 @@ def test_a_row_holds_every_ledger_figure_and_the_parameters(tmp_path: Path) -> N
             assert str(row[name]) in ("<NA>", "nan"), name  # a two-tier run ignores them: their cells are blank
         elif name in prices:  # the prices paid: the model's list price
             assert value is None and row[name] == prices[name] == summary[name], name
+        elif name == "behaviour_params":  # canonical JSON text in a frame
+            assert json.loads(row[name]) == value == {}
         else:
             assert row[name] == value, name
     for name, value in summary.items():
