@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Set-up and the two everyday jobs, on a machine that has only python3.
+"""Set-up and the everyday jobs, on a machine that has only python3.
 
-    python3 tasks.py run    # the main job: a coordination-cost experiment -> CSV + PNG
-    python3 tasks.py test   # the whole test suite
+    python3 tasks.py run        # the main job: a coordination-cost experiment -> CSV + PNG
+    python3 tasks.py test       # the whole test suite
+    python3 tasks.py notebooks  # execute the notebooks and store them with their outputs
+    python3 tasks.py lab        # JupyterLab on the notebooks (the explorer, the walkthroughs)
 
-Both create ``.venv`` beside this file on first use and install the project into it
+Each creates ``.venv`` beside this file on first use and installs the project into it
 (again only when pyproject.toml changes). Extra arguments go to the job.
 """
 
@@ -20,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
-EXTRAS = "dev,notebooks,postgres,fast"
+EXTRAS = "dev,notebooks,data,postgres,fast"
 
 
 def ensure_env() -> None:
@@ -39,17 +41,20 @@ def ensure_env() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("run", "test"):
+    is_root = hasattr(os, "geteuid") and os.geteuid() == 0
+    jobs = {
+        "run": [str(PYTHON), str(ROOT / "experiments" / "coordination_cost.py")],
+        "test": [str(PYTHON), "-m", "pytest"],
+        "notebooks": [str(PYTHON), str(ROOT / "notebooks" / "refresh.py")],
+        "lab": [str(VENV / "bin" / "jupyter"), "lab", str(ROOT / "notebooks"), *(["--allow-root"] if is_root else [])],
+    }
+    if not argv or argv[0] not in jobs:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     job, rest = argv[0], argv[1:]
     ensure_env()
-    env = dict(os.environ, MPLBACKEND="Agg")
-    if job == "run":
-        cmd = [str(PYTHON), str(ROOT / "experiments" / "coordination_cost.py"), *rest]
-    else:
-        cmd = [str(PYTHON), "-m", "pytest", *rest]
-    return subprocess.call(cmd, cwd=ROOT, env=env)
+    env = dict(os.environ, MPLBACKEND="Agg") if job in ("run", "test") else dict(os.environ)
+    return subprocess.call([*jobs[job], *rest], cwd=ROOT, env=env)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def overhead(agents: int, group_size: int, repeat: int, directory: Path, step_s:
         "agents": agents,
         "group_size": group_size,
         "step_s": step_s,
-        "super_steps": progress.steps,
+        "super_steps": progress.super_steps,
         "checkpoints": progress.checkpoints,
         "full_snapshots": progress.full_snapshots,
         "bare_s": round(min(bare_s), 3),
@@ -90,7 +90,7 @@ def growth(directory: Path) -> dict[str, Any]:
     return {
         "agents": 1000,
         "rounds": 60,
-        "super_steps": progress.steps,
+        "super_steps": progress.super_steps,
         "seconds": round(elapsed, 2),
         "delta_bytes_first_tenth": round(statistics.mean(ys[:tenth])),
         "delta_bytes_middle_tenth": round(statistics.mean(ys[n // 2 - tenth // 2 : n // 2 + tenth - tenth // 2])),

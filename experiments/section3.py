@@ -2,10 +2,12 @@
 """MegaAgent (arXiv:2408.09955) §2–§3 reproduced in simulation.
 
 The same as ``megaactors reproduce section3``: calibrates the Gobang and policy
-scenarios, runs them with their ablations, sweeps makespan against N from 10 to
-100,000 agents and writes ``report.md``, ``report.json`` and the figures.
+scenarios, runs them with their ablations over five seeds, computes the speed-up
+bound, runs the reference code's candidate mechanisms and a sensitivity analysis,
+sweeps makespan against N (balanced trees and the paper's three levels) and writes
+``report.md``, ``report.json`` and the figures.
 
-    python experiments/section3.py [--out results/section3] [--seed 1] [--agents 10,100,1000]
+    python experiments/section3.py [--out results/section3] [--seeds 5] [--agents 10,100,1000]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the deterministic simulation runtime is the default.
 """
 
 from megaactors.behaviours import ChatRound, MegaAgent, RetryLimitError, expected_messages
-from megaactors.core.agent import Agent, AgentState, TransitionError
+from megaactors.core.agent import Agent, AgentState, Phase, TransitionError
 from megaactors.core.behaviour import (
     AgentContext,
     Behaviour,
@@ -14,6 +14,7 @@ from megaactors.core.behaviour import (
     Effects,
     LLMRequest,
     Send,
+    ToolBehaviour,
     ToolCall,
     ToolResult,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "OrganisationError",
     "Packet",
     "ParameterError",
+    "Phase",
     "PykkaRuntime",
     "RecruitError",
     "ResultsError",
@@ -78,6 +80,7 @@ __all__ = [
     "SimulatedLLM",
     "SweepError",
     "TokenModel",
+    "ToolBehaviour",
     "ToolCall",
     "ToolResult",
     "Trace",

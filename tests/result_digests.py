@@ -106,6 +106,16 @@ def cases() -> dict[str, Callable[[], str]]:
     for runtime in ("asyncio", "pykka"):
         for name in ("two-tier-120-g9", "hierarchy-60-k3"):
             out[f"{runtime}/chat2/{name}"] = lambda r=runtime, m=ORGS[name]: live(r, m, 2)
+
+    def step(make: Callable[[], Organisation], behaviour: Any, seed: int, **options: Any) -> str:
+        # the step runtime runs on a virtual clock: its whole result is pinned, as the simulation's
+        return sim_digest(RUNTIMES["step"](make(), behaviour, SimulatedLLM(seed=seed), seed=seed, **options).run())
+
+    for name in ("two-tier-120-g9", "hierarchy-60-k3", "star-25"):
+        out[f"step/chat2/{name}"] = lambda m=ORGS[name]: step(m, ChatRound(2), 1)
+    boss = ORGS["two-tier-boss-40-g6"]
+    out["step/chat2/two-tier-boss-40-g6/serial"] = lambda: step(boss, ChatRound(2), 3, serial=True)
+    out["step/gituser"] = lambda: step(lambda: Organisation.flat(6), GitUser(), 6)
     return out
 
 

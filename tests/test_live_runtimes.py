@@ -365,6 +365,9 @@ class LocksOnStart(ChatRound):
     def on_start(self, ctx, state):
         return Effects(tool=ToolCall("git", 1.0, lock="git")) if ctx.agent == 3 else None
 
+    def on_tool(self, ctx, state, result):
+        return Effects()
+
 
 def test_sharding_refuses_what_needs_one_process() -> None:
     org = Organisation.two_tier(20, 5)
@@ -406,7 +409,7 @@ def test_bench_async_vs_threads_reports_both_sides_as_json() -> None:
 def test_bench_async_vs_threads_prints_a_table() -> None:
     out = megaactors("bench", "async-vs-threads", "--calls", "30", "--latency-ms", "10")
     assert out.returncode == 0, out.stderr
-    assert "30 concurrent simulated LLM calls of 10 ms" in out.stdout
+    assert "30 simulated LLM calls of 10 ms started at once" in out.stdout
     assert "asyncio" in out.stdout and "threads" in out.stdout and "KB per call" in out.stdout
 
 

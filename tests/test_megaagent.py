@@ -4,11 +4,7 @@ calibrated, and the report is computed from runs."""
 from __future__ import annotations
 
 import json
-import math
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -16,6 +12,7 @@ from megaactors import AgentState, BehaviourError, Effects, Organisation, Recrui
 from megaactors.behaviours.megaagent import (
     MegaAgent,
     Monitoring,
+    OuterLoop,
     RetryLimitError,
     StageTokens,
     TokenPlan,
@@ -24,11 +21,7 @@ from megaactors.behaviours.megaagent import (
 )
 from megaactors.core.messages import ADMIN, HIERARCHY, INTRA
 from megaactors.megaagent.calibration import calibrate, stage_targets
-from megaactors.megaagent.complexity import fit, sweep
-from megaactors.megaagent.reproduce import reproduce_section3
-from megaactors.megaagent.scenarios import GOBANG, POLICY, SCENARIOS, measure, policy_plan
-
-ROOT = Path(__file__).resolve().parents[1]
+from megaactors.megaagent.scenarios import GOBANG, POLICY, SCENARIOS, ApiLimits, measure, policy_plan
 
 SMALL_GOBANG = GOBANG.but(work=replace(GOBANG.work, task_calls=6, deliveries=2))
 """Gobang's tree and mechanism with a short worker loop."""
@@ -213,8 +206,10 @@ def test_serial_mode_never_has_two_agents_processing() -> None:
 
 
 def test_the_git_mutex_contention_shows_in_the_makespan() -> None:
-    locked = SMALL_POLICY.run(1).ledger
-    free = SMALL_POLICY.but(work=replace(SMALL_POLICY.work, git_lock=False)).run(1).ledger
+    # without prefill latency, timing cannot change what the agents do, only when
+    sc = SMALL_POLICY.but(latency=replace(SMALL_POLICY.latency, prefill_s_per_token=0.0))
+    locked = sc.run(1).ledger
+    free = sc.but(work=replace(sc.work, git_lock=False)).run(1).ledger
     assert locked.lock_wait_s > 0 and free.lock_wait_s == 0
     assert locked.tool_calls == free.tool_calls
     assert locked.virtual_time_s > free.virtual_time_s
@@ -236,7 +231,78 @@ def test_same_seed_same_run_other_seed_other_run() -> None:
     assert measure(SMALL_POLICY.run(4))["makespan_s"] != a["makespan_s"]
 
 
-# ---------------------------------------------------------------------- calibration and complexity
+# ---------------------------------------------------------------------- the reference code's mechanisms
+
+
+def _no_prefill(sc):
+    return sc.but(latency=replace(sc.latency, prefill_s_per_token=0.0))
+
+
+def test_a_review_reads_every_delivery_it_covers_and_prefill_makes_it_slower() -> None:
+    sc = _no_prefill(SMALL_POLICY).but(monitoring=Monitoring(0, 0, 0))
+    plain, reading = sc.but(work=replace(sc.work, review_tokens=0)), sc.but(work=replace(sc.work, review_tokens=500))
+    a, b = measure(plain.run(1)), measure(reading.run(1))
+    deliveries = plain.plan.agents - 1  # one result per agent but the boss, each reviewed once
+    assert b["llm_calls"] == a["llm_calls"] and b["makespan_s"] == a["makespan_s"]  # no prefill: same timing
+    # every delivery's 500 tokens enter exactly one review prompt (and then the memory of later calls)
+    assert b["stages"]["task_solving"]["tokens_in"] - a["stages"]["task_solving"]["tokens_in"] >= 500 * deliveries
+    slow = reading.but(latency=replace(reading.latency, prefill_s_per_token=1e-4))
+    assert measure(slow.run(1))["llm_time_s"] > b["llm_time_s"] + 1e-4 * 500 * deliveries * 0.9
+
+
+def test_polling_delays_every_batch_and_costs_the_serial_run_most() -> None:
+    sc = _no_prefill(SMALL_GOBANG)
+    polled = sc.but(work=replace(sc.work, poll_s=2.0))
+    base_serial, polled_serial = sc.variant("no_parallelism").run(1), polled.variant("no_parallelism").run(1)
+    waits = polled_serial.ledger.tool_time_s - base_serial.ledger.tool_time_s
+    assert 0 < waits < 2.0 * polled_serial.ledger.tool_calls  # each poll waits part of 2 s
+    # one agent at a time: the serial makespan is its work, polls included
+    assert polled_serial.ledger.virtual_time_s == pytest.approx(
+        polled_serial.ledger.llm_time_s + polled_serial.ledger.tool_time_s
+    )
+    assert polled_serial.ledger.virtual_time_s > base_serial.ledger.virtual_time_s
+
+
+def test_a_write_conflicts_only_after_waiting_for_the_mutex() -> None:
+    sc = SMALL_POLICY.but(work=replace(SMALL_POLICY.work, conflict_probability=0.5, task_calls=2, git_s=1.0))
+    parallel = measure(sc.run(1))
+    serial = measure(sc.variant("no_parallelism").run(1))
+    unlocked = measure(sc.but(work=replace(sc.work, git_lock=False)).run(1))
+    assert parallel["conflicts"] > 0 and parallel["lock_wait_s"] > 0
+    assert serial["conflicts"] == 0 and unlocked["conflicts"] == 0  # nobody committed in between
+    plain = measure(sc.but(work=replace(sc.work, conflict_probability=0.0)).run(1))
+    assert parallel["llm_calls"] > plain["llm_calls"]
+    # every write conflicting is a livelock under contention: the retry cap ends it
+    with pytest.raises(BehaviourError, match="its git writes kept conflicting"):
+        sc.but(work=replace(sc.work, conflict_probability=1.0)).run(1)
+
+
+def test_the_outer_loop_joins_each_round_and_then_proofreads() -> None:
+    sc = _no_prefill(SMALL_GOBANG)
+    plain = sc.run(1)
+    everyone = sc.but(outer_loop=OuterLoop(enabled=True, stale_todo=(1.0, 1.0), reminder_calls=3, poll_s=0.0))
+    looped = everyone.run(1, trace=True)
+    n = looped.org.n
+    assert all(s["reported"] == 2 for s in looped.states[1:])  # every agent took part in both rounds
+    boss_children = len(looped.states[0]["children"])
+    extra = looped.ledger.llm_calls - plain.ledger.llm_calls
+    assert extra == 2 * n * 3 + boss_children + 2  # two reminders per agent, then the boss's proofreading
+    assert looped.ledger.virtual_time_s > plain.ledger.virtual_time_s
+    nobody = sc.but(outer_loop=OuterLoop(enabled=True, stale_todo=(0.0,), proofread=False, poll_s=0.0)).run(1)
+    assert nobody.ledger.llm_calls == plain.ledger.llm_calls  # a round with every TODO list empty costs no call
+    assert nobody.ledger.messages == plain.ledger.messages + 2 * (n - 1)  # the round down and "done" back up
+    with pytest.raises(ValueError, match="stale TODO probability of round 2 must be a probability"):
+        OuterLoop(stale_todo=(0.5, 2.0))
+
+
+def test_a_cap_on_calls_in_flight_is_kept() -> None:
+    capped = SMALL_POLICY.but(limits=ApiLimits(max_concurrent_llm=3)).run(1)
+    assert capped.ledger.peak_llm_in_flight == 3 < SMALL_POLICY.run(1).ledger.peak_llm_in_flight
+    with pytest.raises(ValueError, match="max_concurrent_llm must be an integer >= 1"):
+        ApiLimits(max_concurrent_llm=0)
+
+
+# ---------------------------------------------------------------------- calibration
 
 
 @pytest.mark.parametrize("name", ["gobang", "policy"])
@@ -244,101 +310,17 @@ def test_calibration_reproduces_the_papers_stage_split(name: str) -> None:
     cal = calibrate(SCENARIOS[name], seed=1)
     stages = measure(cal.scenario.run(1))["stages"]
     for stage, (tokens_in, tokens_out) in stage_targets(name).items():
-        assert stages[stage]["tokens_in"] == pytest.approx(tokens_in, rel=0.05), stage
+        if any(f"stage {stage} exceeds" in note for note in cal.notes):
+            # its prompt is down to 1 token: memory and messages alone overshoot, and say so
+            assert cal.as_dict()["per_call"][stage]["new_tokens"] == 1
+            assert stages[stage]["tokens_in"] > tokens_in, stage
+        else:
+            assert stages[stage]["tokens_in"] == pytest.approx(tokens_in, rel=0.01), stage
         assert stages[stage]["tokens_out"] == pytest.approx(tokens_out, rel=0.05), stage
     other = calibrate(SCENARIOS[name], seed=1, targets={s: (2 * i, 2 * o) for s, (i, o) in stage_targets(name).items()})
     assert measure(other.scenario.run(1))["tokens_in"] == pytest.approx(
         2 * sum(stage_targets(name)[s][0] for s in stage_targets(name)), rel=0.05
     )
-
-
-def test_fits_recover_known_curves() -> None:
-    rows = [{"curve": "parallel", "agents": n, "makespan_s": 40 + 25 * math.log10(n)} for n in (10, 100, 1000, 10000)]
-    rows += [{"curve": "serial", "agents": n, "makespan_s": 3.5 * n} for n in (10, 100, 1000, 10000)]
-    f = fit(rows)
-    assert f["parallel"]["log"]["b_per_decade"] == pytest.approx(25) and f["parallel"]["log"]["r2"] == pytest.approx(1)
-    assert f["serial"]["proportional"]["c_per_agent"] == pytest.approx(3.5) and f["serial"][
-        "exponent"
-    ] == pytest.approx(1)
-    assert f["claim_holds"]
-    flipped = [dict(r, curve={"parallel": "serial", "serial": "parallel"}[r["curve"]]) for r in rows]
-    assert not fit(flipped)["claim_holds"]
-
-
-def test_makespan_grows_like_log_n_in_parallel_and_like_n_in_serial() -> None:
-    rows = sweep(SMALL_POLICY, agents=(10, 100, 1000, 3000), fanout=5, curves=("parallel", "serial"))
-    f = fit(rows)
-    assert f["serial"]["exponent"] > 0.85 and f["parallel"]["exponent"] < 0.4
-    assert f["parallel"]["log"]["r2"] > f["parallel"]["linear"]["r2"]
-    assert [r["levels"] for r in rows if r["curve"] == "parallel"] == [3, 4, 6, 6]
-
-
-# ---------------------------------------------------------------------- the report
-
-
-def test_the_report_is_computed_from_runs(tmp_path: Path) -> None:
-    report = reproduce_section3(tmp_path / "one", seed=1, agents=(10, 30, 100), spread=2)
-    saved = json.loads((tmp_path / "one" / "report.json").read_text())
-    assert saved["scenarios"].keys() == {"gobang", "policy"}
-    for name in ("gobang", "policy"):
-        s = saved["scenarios"][name]
-        for key in ("agents", "levels", "makespan_s", "serial_makespan_s", "parallel_speedup", "tokens_in"):
-            assert key in s
-        assert set(s["stages"]) == {"planning", "task_solving", "merging"}
-        # the same numbers from fresh runs of the calibrated scenario
-        sc = calibrate(SCENARIOS[name], seed=1).scenario
-        full, serial = measure(sc.run(1)), measure(sc.variant("no_parallelism").run(1))
-        assert s["makespan_s"] == full["makespan_s"] and s["serial_makespan_s"] == serial["makespan_s"]
-        assert s["tokens_in"] == full["tokens_in"] and s["cost_usd"] == full["cost_usd"]
-        assert s["parallel_speedup"] == round(serial["makespan_s"] / full["makespan_s"], 3)
-        assert s["stages"]["merging"]["tokens_out"] == full["stages"]["merging"]["tokens_out"]
-        assert s["max_processing_serial"] == 1
-        assert f"{s['makespan_s']:,.0f}" in (tmp_path / "one" / "report.md").read_text()
-    assert saved["complexity"]["slopes"]["serial_exponent"] > 0.8
-    assert (
-        saved["complexity"]["slopes"]["parallel_s_per_decade"]
-        == report["complexity"]["slopes"]["parallel_s_per_decade"]
-    )
-    for png in saved["figures"].values():
-        assert (tmp_path / "one" / png).stat().st_size > 10_000
-    other = reproduce_section3(tmp_path / "two", seed=2, agents=(10, 30, 100), spread=1)
-    for name in ("gobang", "policy"):
-        assert other["scenarios"][name]["makespan_s"] != report["scenarios"][name]["makespan_s"]
-
-
-def megaactors(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "megaactors", *args], capture_output=True, text=True, timeout=120)
-
-
-def test_command_line_writes_the_report_and_rejects_bad_input(tmp_path: Path) -> None:
-    out = tmp_path / "report"
-    done = megaactors("reproduce", "section3", "--out", str(out), "--agents", "10,30,100", "--seeds", "1", "--quiet")
-    assert done.returncode == 0, done.stderr
-    assert (out / "report.md").exists() and "parallel speed-up" in done.stdout
-    assert json.loads((out / "report.json").read_text())["complexity"]["agents"] == [10, 30, 100]
-    for bad, message in [
-        (["--agents", "10,100"], "at least three distinct values"),
-        (["--agents", "10,x,100"], "comma-separated integers"),
-        (["--fanout", "1", "--agents", "10,30,100"], "--fanout must be >= 2"),
-    ]:
-        proc = megaactors("reproduce", "section3", "--out", str(tmp_path / "bad"), *bad)
-        assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
-    a_file = tmp_path / "file"
-    a_file.write_text("x")
-    proc = megaactors("reproduce", "section3", "--out", str(a_file), "--agents", "10,30,100")
-    assert proc.returncode == 2 and "is not a directory" in proc.stderr
-
-
-def test_experiment_script_is_the_command(tmp_path: Path) -> None:
-    script = ROOT / "experiments" / "section3.py"
-    proc = subprocess.run(
-        [sys.executable, str(script), "--out", str(tmp_path), "--agents", "10,30,100", "--seeds", "1", "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads((tmp_path / "report.json").read_text())["scenarios"]["policy"]["agents"] == 590
 
 
 def test_token_plan_is_read_per_stage() -> None:

@@ -8,9 +8,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection, PathCollection
+from matplotlib.text import Text
 
-from megaactors import AgentState, Organisation, RunSpec, SimRuntime
+from megaactors import PRICES, AgentState, Organisation, RunSpec, SimRuntime
+from megaactors.experiments.async_vs_threads import comparison_figure
 from megaactors.experiments.plots import (
     METRICS,
     cost_figure,
@@ -20,19 +23,21 @@ from megaactors.experiments.plots import (
     makespan_figure,
     organisation_figure,
     plot_results,
+    price_title,
     queue_figure,
     sample_queues,
     save_figure,
     series_labels,
     timeline_figure,
 )
+from megaactors.experiments.plots.common import prices_text
 from megaactors.experiments.sweep import closed_form_messages, optimal_group_size, run_sweep
 
 
 @pytest.fixture(scope="module")
 def rows() -> pd.DataFrame:
     grid = [
-        {"topology": ["flat", "star"], "agents": [10, 30, 100, 300], "seed": [1, 2]},
+        {"topology": ["flat", "star", "hierarchy"], "agents": [10, 30, 100, 300], "seed": [1, 2]},
         {"topology": "two-tier", "agents": [10, 30, 100, 300], "group_size": [5, "optimal"], "seed": [1, 2]},
         {"topology": "star", "agents": [10, 30, 100], "seed": [1, 2], "serial": True},
         {"topology": "two-tier", "agents": 200, "group_size": [2, 4, 6, 7, 9, 14, 20, 40], "seed": [1, 2]},
@@ -174,7 +179,7 @@ def test_load_figure_shows_the_hub_and_admins_as_hotspots() -> None:
     }
     fig = load_figure(results)
     star_top, tier_top = fig.axes[0], fig.axes[1]
-    assert "boss 0: 98" in [t.get_text() for t in star_top.texts]  # 49 received + 49 sent
+    assert "busiest: boss 0, 98" in [t.get_text() for t in star_top.texts]  # 49 received + 49 sent
     points = {c.get_label(): c.get_offsets() for c in tier_top.collections if isinstance(c, PathCollection)}
     admins, agents = points["admin"][:, 1], points["agent"][:, 1]
     assert len(admins) == 5 and len(agents) == 45
@@ -234,3 +239,156 @@ def test_save_figure_writes_both_formats(tmp_path: Path) -> None:
     png, svg = save_figure(fig, tmp_path / "deep" / "dir", "org")
     assert png.read_bytes()[:4] == b"\x89PNG" and ET.parse(svg).getroot().tag.endswith("svg")
     assert png.stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------------- honest figures
+
+
+def test_coinciding_series_are_told_apart(rows: pd.DataFrame) -> None:
+    """Star and hierarchy both send 2(N−1) messages: the later line says it lies on
+    the earlier one and differs from it in marker, size and line style."""
+    fig = cost_figure(rows, "messages")
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    star = next(ln for label, ln in lines.items() if label.startswith("star"))
+    tree = next(ln for label, ln in lines.items() if label.startswith("hierarchy"))
+    assert np.array_equal(star.get_ydata(), tree.get_ydata())
+    assert tree.get_label().endswith("(on the star line)") and "on the" not in star.get_label()
+    assert star.get_marker() != tree.get_marker()
+    assert star.get_linestyle() != tree.get_linestyle()
+    assert tree.get_markersize() > star.get_markersize() and tree.get_zorder() > star.get_zorder()
+    # series that differ are left alone
+    assert not any("on the" in label for label in lines if label.startswith(("flat", "two-tier")))
+
+
+def test_dollar_figures_name_the_model_and_its_prices(rows: pd.DataFrame) -> None:
+    price = PRICES["gpt-4o-mini"]
+    expected = price_title("gpt-4o-mini", price.input_per_m, price.output_per_m)
+    assert expected == f"gpt-4o-mini at ${price.input_per_m:.2f} in / ${price.output_per_m:.2f} out per M tokens"
+    expected = expected.replace("$", r"\$")  # matplotlib would read $…$ as mathematics
+    assert expected in cost_figure(rows, "dollars").axes[0].get_title()
+    assert "per M tokens" not in cost_figure(rows, "messages").axes[0].get_title()
+    assert expected in group_size_figure(rows).axes[1].get_title()
+    two = rows.assign(model=np.where(rows["seed"] == 1, "gpt-4o-mini", "gpt-4o"))
+    title = cost_figure(two, "dollars").axes[0].get_title()
+    other = price_title("gpt-4o", PRICES["gpt-4o"].input_per_m, PRICES["gpt-4o"].output_per_m)
+    assert expected in title and other.replace("$", r"\$") in title
+    assert prices_text(pd.DataFrame({"model": ["no-such-model"]})) == "no-such-model (price unknown)"
+    assert prices_text(pd.DataFrame({"agents": [10]})) == "model and prices not recorded"
+    overridden = rows.assign(price_in=1.0, price_out=2.0)
+    assert (
+        r"gpt-4o-mini at \$1.00 in / \$2.00 out per M tokens" in cost_figure(overridden, "dollars").axes[0].get_title()
+    )
+
+
+def test_load_labels_stay_clear_of_the_markers() -> None:
+    results = {
+        "star": RunSpec(topology="star", agents=200, seed=1).execute(),
+        "two-tier": RunSpec(topology="two-tier", agents=200, group_size=10, seed=1).execute(),
+        "flat": RunSpec(topology="flat", agents=200, seed=1).execute(),  # every agent as busy as the busiest
+    }
+    fig = load_figure(results)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax in fig.axes:
+        (label,) = ax.texts
+        box = Text.get_window_extent(label, renderer)  # the text alone, not its arrow
+        points = np.concatenate([c.get_offsets() for c in ax.collections if isinstance(c, PathCollection)])
+        shown = ax.transData.transform(points)
+        inside = (shown[:, 0] >= box.x0) & (shown[:, 0] <= box.x1) & (shown[:, 1] >= box.y0) & (shown[:, 1] <= box.y1)
+        assert not inside.any(), (label.get_text(), int(inside.sum()))
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert not box.overlaps(legend)
+        under = (shown[:, 0] >= legend.x0) & (shown[:, 0] <= legend.x1)
+        under &= (shown[:, 1] >= legend.y0) & (shown[:, 1] <= legend.y1)
+        assert not under.any(), ("legend over markers", label.get_text(), int(under.sum()))
+
+
+def test_queue_figure_title_gives_n() -> None:
+    spec = RunSpec(topology="star", agents=25, seed=1)
+    samples = sample_queues(SimRuntime(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=1))
+    assert samples.attrs["agents"] == 25
+    assert queue_figure({"star": samples}).axes[0].get_title() == "Queue depth over virtual time (N = 25)"
+
+
+def drawn_edges(fig) -> dict[str, int]:
+    """Segments per edge colour family drawn on the first axes."""
+    out = {}
+    for c in fig.axes[0].collections:
+        if isinstance(c, LineCollection):
+            rgb = tuple(np.round(c.get_colors()[0][:3], 2))
+            out[{(0.75, 0.75, 0.75): "intra", (0.2, 0.2, 0.2): "hierarchy"}.get(rgb, "admin")] = len(c.get_segments())
+    return out
+
+
+def test_organisation_figure_draws_only_channels_that_carried_messages() -> None:
+    tiers = RunSpec(topology="two-tier", agents=40, group_size=8, seed=1).execute()
+    fig = organisation_figure(tiers.org, traffic=tiers.ledger.messages_by_channel)
+    assert drawn_edges(fig) == {"intra": 5 * 28, "admin": 10}  # no tree edges: nothing went over them
+    assert "no messages, not drawn: hierarchy" in legend_texts(fig)
+    assert "(channels that carried messages)" in fig.axes[0].get_title()
+    tree = RunSpec(topology="hierarchy", agents=40, fanout=3, seed=1).execute()
+    assert tree.ledger.messages_by_channel["admin"] == 0 < tree.ledger.messages_by_channel["hierarchy"]
+    fig = organisation_figure(tree.org, traffic=tree.ledger.messages_by_channel)
+    assert drawn_edges(fig) == {"hierarchy": 39}  # the boss's tree, no admin mesh hiding it
+    assert f"hierarchy channel: {tree.ledger.messages:,} messages" in legend_texts(fig)
+    assert "(every channel it allows)" in organisation_figure(tree.org).axes[0].get_title()
+
+
+def test_organisation_figure_colours_agents_by_state() -> None:
+    spec = RunSpec(topology="star", agents=12, seed=1)
+    rt = SimRuntime(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=1)
+    rt.start()
+    states = [a.state for a in rt.agents]
+    assert states.count(AgentState.PROCESSING) == 11  # every spoke composes its question
+    fig = organisation_figure(rt.org, states=states, traffic=rt.ledger.messages_by_channel)
+    colours = [
+        tuple(np.round(c, 2))
+        for coll in fig.axes[0].collections
+        if isinstance(coll, PathCollection)
+        for c in coll.get_facecolors()
+    ]
+    blue = tuple(np.round((0.12, 0.47, 0.71, 1.0), 2))
+    assert colours.count(blue) == 11 and len(colours) == 12
+    assert "Processing: 11" in legend_texts(fig) and "Idle: 1" in legend_texts(fig)
+    assert drawn_edges(fig) == {}  # nothing has been sent yet
+    with pytest.raises(ValueError, match="states has 3 entries for 12 agents"):
+        organisation_figure(rt.org, states=states[:3])
+
+
+def test_async_vs_threads_figure_says_how_many_calls_were_in_flight() -> None:
+    rows = [
+        {
+            "runtime": "asyncio",
+            "calls": n,
+            "wall_s": 0.1 * n / 500,
+            "calls_s": 0.06,
+            "rss_per_call_kb": 3,
+            "peak_in_flight": n,
+        }
+        for n in (500, 5000)
+    ] + [
+        {
+            "runtime": "threads",
+            "calls": 500,
+            "wall_s": 0.3,
+            "calls_s": 0.1,
+            "rss_per_call_kb": 40,
+            "peak_in_flight": 500,
+        },
+        {
+            "runtime": "threads",
+            "calls": 5000,
+            "wall_s": 4.0,
+            "calls_s": 2,
+            "rss_per_call_kb": 40,
+            "peak_in_flight": 1980,
+        },
+    ]
+    fig = comparison_figure(rows, 50)
+    left = fig.axes[0]
+    assert [t.get_text() for t in left.texts] == ["threads: 1,980 of 5,000 in flight at once"]
+    assert left.get_xlabel() == "LLM calls started at once, N"
+    one_second = [ln for ln in left.get_lines() if list(ln.get_ydata()) == [1.0, 1.0]]
+    assert len(one_second) == 1 and one_second[0].get_label() == "1 s"
+    assert "1 s" in legend_texts(fig)

@@ -7,6 +7,7 @@ interval is the runtime's own during a run and restored after it."""
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 from typing import Any
@@ -90,8 +91,9 @@ def test_zero_latency_rounds_are_carried_by_the_wake_hand_off_alone() -> None:
     assert got.states == ref.states
 
 
-def test_without_a_view_of_who_waits_every_inbox_is_filled_with_plain_tells(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(threads, "_SEES_WAITERS", False)
+def test_actors_with_another_inbox_get_plain_tells(monkeypatch: pytest.MonkeyPatch) -> None:
+    # what happens should pykka ignore the runtime's inbox factory: pykka's own queue
+    monkeypatch.setattr(threads, "inbox_factory", queue.Queue)
     org = Organisation.two_tier(60, 6)
     runtime = PykkaRuntime(org, ChatRound(rounds=3), fixed_llm(0.0), trace=False)
     got = runtime.run()

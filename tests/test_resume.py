@@ -149,8 +149,8 @@ def test_restoring_any_step_continues_exactly(
         k = pick % len(snapshots)
         base = max(j for j in range(k + 1) if snapshots[j]["kind"] in ("full", "start"))
         restored = _runtime(DurableSim, *args)
-        restored.restore(_wire(snapshots[base : k + 1]))
-        assert all(type(a) is int for _, _, a in restored._events.events())
+        restored.restore_chain(_wire(snapshots[base : k + 1]))
+        assert all(type(a) is int for _, _, a in restored.snapshot().events)
         restored.run()
         assert _outcome(restored) == expected, f"restored at step {k} (full at {base})"
 
@@ -160,9 +160,9 @@ def test_restore_refuses_what_does_not_fit() -> None:
     rt.start()
     full = _wire(rt.full())
     with pytest.raises(StateError, match="holds 6 agents but these parameters build 7"):
-        DurableSim(Organisation.star(6), Busy(1)).restore([full])
+        DurableSim(Organisation.star(6), Busy(1)).restore_chain([full])
     with pytest.raises(StateError, match="full snapshot or a genesis"):
-        DurableSim(Organisation.star(5), Busy(1)).restore([_wire(rt.delta())])
+        DurableSim(Organisation.star(5), Busy(1)).restore_chain([_wire(rt.delta())])
     with pytest.raises(StateError, match="full snapshot first"):
         DurableSim(Organisation.star(5), Busy(1)).delta()
 
@@ -196,7 +196,7 @@ def test_delta_size_follows_activity_not_history(tmp_path: Path) -> None:
 
     def full_size(step: int) -> int:
         rt = DurableSim(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=spec.seed, trace=True)
-        rt.restore([decode_state(r.state) for r in store.chain("r", step)])
+        rt.restore_chain([decode_state(r.state) for r in store.chain("r", step)])
         return len(pack_state(rt.full()))
 
     assert full_size(rows[-1].step) > 3 * full_size(rows[10].step)
@@ -225,6 +225,21 @@ def _cli(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
     )
 
 
+def _past_first_checkpoint(db: str, run_id: str, proc: subprocess.Popen[str], limit_s: float = 60) -> float:
+    """The moment ``run_id`` shows a checkpoint beyond super-step 0 (or ``proc`` ended)."""
+    deadline = time.perf_counter() + limit_s
+    while proc.poll() is None and time.perf_counter() < deadline:
+        try:
+            with open_store(db, readonly=True) as store:
+                step = store.get_run(run_id).step
+        except Exception:  # not created yet
+            step = None
+        if step:
+            break
+        time.sleep(0.01)
+    return time.perf_counter()
+
+
 def _strip(out: str) -> dict[str, Any]:
     summary = json.loads(out)
     summary.pop("wall_s")
@@ -237,9 +252,11 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_results(tmp_path:
     reference.pop("wall_s")
     t0 = time.perf_counter()
     full = _cli("run", *SPEC, "--checkpoint", db, "--run-id", "timing", "--step-seconds", "0.25", "--json")
+    working = _past_first_checkpoint(db, "timing", full) - t0
     out, err = full.communicate(timeout=120)
     duration = time.perf_counter() - t0
     assert full.returncode == 0, err
+    working = duration - working  # from the first checkpoint past the start to the end
     assert _strip(out) == reference
     rng = random.Random(6)
     resumed_mid_run = killed_resumes = 0
@@ -247,9 +264,13 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_results(tmp_path:
         run_id = f"t{trial}"
         victim = _cli("run", *SPEC, "--checkpoint", db, "--run-id", run_id, "--step-seconds", "0.25",
                       "--lease", "0.4", "--json")  # fmt: skip
-        # mostly in the second half of a run's life (the first is largely start-up),
-        # sometimes anywhere, as early as before the run exists
-        time.sleep(rng.uniform(0.05, duration) if trial % 4 == 3 else rng.uniform(0.5 * duration, duration))
+        # mostly once the run has checkpointed past its start (start-up takes seconds on a
+        # loaded machine), sometimes anywhere, as early as before the run exists
+        if trial % 4 == 3:
+            time.sleep(rng.uniform(0.05, duration))
+        else:
+            _past_first_checkpoint(db, run_id, victim)
+            time.sleep(rng.uniform(0.0, working))
         victim.send_signal(signal.SIGKILL)
         victim.communicate()
         kills = 1

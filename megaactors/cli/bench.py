@@ -40,7 +40,7 @@ def handle_async_vs_threads(args: argparse.Namespace) -> int:
     from megaactors.runtime.threads import thread_capacity
 
     capacity = thread_capacity()["capacity"]
-    if args.calls > capacity:  # type: ignore[operator]
+    if args.calls > capacity:
         raise CommandError(f"calls: threads need one thread per call and this machine can start {capacity:,} more")
     try:
         result = compare(args.calls, args.latency_ms)

@@ -2,8 +2,10 @@
 
 An agent owns an in-queue (messages waiting for its next batch), an out-queue
 (messages produced while Processing, delivered on entering Response), a short
-memory window (token counts of what it last read and wrote) and the serializable
-state of its behaviour. Runtimes drive the state machine; the legal moves are::
+memory window (token counts of what it last read and wrote) and its behaviour's
+state (:attr:`Agent.data`, the serializable value behaviours call ``state``). Where
+it is in the state machine is its *phase* (:class:`Phase`, :attr:`Agent.phase`).
+Runtimes drive the state machine; the legal moves are::
 
     Idle ──batch taken──▶ Processing ──no more LLM calls──▶ Response ──queue empty──▶ Idle
                                                               └─queue not empty──▶ Processing
@@ -15,39 +17,39 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from megaactors.core.messages import Batch
+from megaactors.errors import TransitionError
 
 if TYPE_CHECKING:
     from megaactors.core.behaviour import Send
     from megaactors.core.messages import Packet
     from megaactors.core.trace import Trace
 
-__all__ = ["LEGAL_TRANSITIONS", "Agent", "AgentState", "TransitionError"]
+__all__ = ["LEGAL_TRANSITIONS", "Agent", "AgentState", "Phase", "TransitionError"]
 
 
-class AgentState(IntEnum):
-    """The three states of a MegaAgent agent."""
+class Phase(IntEnum):
+    """The three phases of a MegaAgent agent (the states of its state machine)."""
 
     IDLE = 0
     PROCESSING = 1
     RESPONSE = 2
 
 
-IDLE, PROCESSING, RESPONSE = AgentState.IDLE, AgentState.PROCESSING, AgentState.RESPONSE
+AgentState = Phase
+"""Former name of :class:`Phase`."""
 
-LEGAL_TRANSITIONS: frozenset[tuple[AgentState, AgentState]] = frozenset(
+IDLE, PROCESSING, RESPONSE = Phase.IDLE, Phase.PROCESSING, Phase.RESPONSE
+
+LEGAL_TRANSITIONS: frozenset[tuple[Phase, Phase]] = frozenset(
     {(IDLE, PROCESSING), (PROCESSING, RESPONSE), (RESPONSE, PROCESSING), (RESPONSE, IDLE)}
 )
 
 
-_LEGAL = tuple(tuple((f, t) in LEGAL_TRANSITIONS for t in AgentState) for f in AgentState)
-
-
-class TransitionError(RuntimeError):
-    """An agent was asked to make a move its state machine does not allow."""
+_LEGAL = tuple(tuple((f, t) in LEGAL_TRANSITIONS for t in Phase) for f in Phase)
 
 
 class Agent:
-    """One agent: queues, state, memory window and behaviour state."""
+    """One agent: queues, phase, memory window and behaviour state."""
 
     __slots__ = (
         "batch_tokens",
@@ -58,16 +60,17 @@ class Agent:
         "memory",
         "outbox",
         "pending",
-        "state",
+        "phase",
     )
 
     def __init__(self, agent_id: int, data: Any = None) -> None:
         self.id = agent_id
-        self.state: AgentState = IDLE
+        self.phase: Phase = IDLE
         self.inbox: list[Packet] = []
         """Messages waiting for the next batch, as the packets they came in."""
         self.outbox: list[Send] = []
         self.data = data
+        """The behaviour's state (what ``on_batch``, ``on_reply`` ... receive as ``state``)."""
         self.memory: list[int] = []
         """Token counts of the last items read or written, newest last."""
         self.calls = 0
@@ -77,12 +80,21 @@ class Agent:
         self.pending: Any = None
         """What the agent waits for (an LLM request in flight, or queued start effects)."""
 
-    def transition(self, to: AgentState, now: float, trace: Trace | None = None) -> None:
-        """Move to ``to`` at virtual time ``now``; raise on an illegal move."""
-        frm = self.state
+    @property
+    def state(self) -> Phase:
+        """Former name of :attr:`phase`."""
+        return self.phase
+
+    @state.setter
+    def state(self, phase: Phase) -> None:
+        self.phase = phase
+
+    def transition(self, to: Phase, now: float, trace: Trace | None = None) -> None:
+        """Move to phase ``to`` at virtual time ``now``; raise on an illegal move."""
+        frm = self.phase
         if not _LEGAL[frm][to]:
-            raise TransitionError(f"agent {self.id}: illegal transition {frm.name} -> {AgentState(to).name}")
-        self.state = to
+            raise TransitionError(f"agent {self.id}: illegal transition {frm.name} -> {Phase(to).name}")
+        self.phase = to
         if trace is not None:
             trace.transition(self.id, frm, to, now)
 
@@ -110,4 +122,4 @@ class Agent:
             del memory[: len(memory) - window]
 
     def __repr__(self) -> str:
-        return f"Agent({self.id}, {self.state.name}, queued={len(self.inbox)})"
+        return f"Agent({self.id}, {self.phase.name}, queued={len(self.inbox)})"

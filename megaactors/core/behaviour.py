@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from megaactors.errors import BehaviourError
+
 if TYPE_CHECKING:
     from megaactors.core.llm import LLMReply
     from megaactors.core.messages import Batch
@@ -28,8 +30,10 @@ __all__ = [
     "Effects",
     "LLMRequest",
     "Send",
+    "ToolBehaviour",
     "ToolCall",
     "ToolResult",
+    "uses_tools",
 ]
 
 
@@ -42,10 +46,6 @@ class _Unchanged:
 
 UNCHANGED: Any = _Unchanged()
 """Marker for :attr:`Effects.state`: keep the agent's state as it is."""
-
-
-class BehaviourError(RuntimeError):
-    """A behaviour raised; the text names the agent and the message it was handling."""
 
 
 @dataclass(slots=True)
@@ -134,7 +134,10 @@ class AgentContext:
 
 
 class Behaviour(Protocol):
-    """Agent logic, written once and run by every runtime."""
+    """Agent logic, written once and run by every runtime.
+
+    Optional hooks: a behaviour that returns a :class:`ToolCall` also defines
+    ``on_tool`` (it is then a :class:`ToolBehaviour`)."""
 
     name: str
 
@@ -154,5 +157,15 @@ class Behaviour(Protocol):
         """The LLM answered; return another request to keep Processing, or none to respond."""
         ...
 
-    # Behaviours that return a ToolCall also define:
-    #   def on_tool(self, ctx: AgentContext, state: Any, result: ToolResult) -> Effects
+
+class ToolBehaviour(Behaviour, Protocol):
+    """A behaviour that calls tools (returns :class:`ToolCall` effects)."""
+
+    def on_tool(self, ctx: AgentContext, state: Any, result: ToolResult) -> Effects:
+        """A tool call finished; what next (another call keeps the agent Processing)."""
+        ...
+
+
+def uses_tools(behaviour: Behaviour) -> bool:
+    """Whether ``behaviour`` has the optional ``on_tool`` hook (is a :class:`ToolBehaviour`)."""
+    return callable(getattr(behaviour, "on_tool", None))

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AGENT_COLUMNS", "Ledger"]
 
-_ADDITIVE = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd", "llm_time_s")
+_ADDITIVE: tuple[str, ...] = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd", "llm_time_s")
 _ADDITIVE += ("tool_calls", "tool_time_s", "lock_wait_s")
 """Totals that add up over the parts of a run."""
 
@@ -114,6 +114,16 @@ class Ledger:
         self.cost_per_agent[lo:hi] = part["cost_per_agent"]
         self.peak_queue_depth = max(self.peak_queue_depth, part["peak_queue_depth"])
         self.peak_llm_in_flight += part["peak_llm_in_flight"]
+
+    @property
+    def stages(self) -> dict[str, list[float]]:
+        """Running sums ``[calls, tokens in, tokens out, dollars]`` by stage label (the
+        raw form of :attr:`by_stage`, as a checkpoint stores it)."""
+        return self._stages
+
+    @stages.setter
+    def stages(self, value: dict[str, list[float]]) -> None:
+        self._stages = value
 
     @property
     def by_stage(self) -> dict[str, dict[str, float]]:

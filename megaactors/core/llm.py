@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from megaactors.core.behaviour import LLMRequest
@@ -158,7 +158,7 @@ class SimulatedLLM:
     latency: LatencyModel = field(default_factory=LatencyModel)
     tokens: TokenModel = field(default_factory=TokenModel)
     prices: dict[str, Price] = field(default_factory=lambda: dict(PRICES))
-    _constants: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    _constants: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.model not in self.prices:

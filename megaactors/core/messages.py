@@ -15,6 +15,8 @@ from typing import Any, overload
 
 import msgpack
 
+from megaactors.errors import MessageError
+
 __all__ = [
     "ADMIN",
     "CHANNELS",
@@ -47,10 +49,6 @@ MAX_MESSAGE_BYTES = 1 << 20
 """Size cap for decoding untrusted bytes (1 MiB)."""
 
 _FIELDS = ("id", "sender", "recipient", "channel", "kind", "payload", "parent", "sent_at")
-
-
-class MessageError(ValueError):
-    """A message could not be encoded or decoded; the text names the problem."""
 
 
 class Packet:
@@ -201,9 +199,9 @@ class Batch:
     def deferred(cls, recipient: int, count: int, gather: Callable[[Any], list[Packet]], source: Any) -> Batch:
         """A batch of ``count`` messages whose packets ``gather(source)`` returns, in
         arrival order, when they are first asked for."""
-        batch = cls.__new__(cls)
-        batch.recipient, batch._count = recipient, count
-        batch._packets, batch._gather, batch._source = None, gather, source
+        batch = cls.__new__(cls)  # the class's own fields, set without __init__'s list
+        batch.recipient, batch._count = recipient, count  # noqa: SLF001
+        batch._packets, batch._gather, batch._source = None, gather, source  # noqa: SLF001
         return batch
 
     @property

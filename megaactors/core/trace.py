@@ -5,7 +5,7 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING, Any
 
-from megaactors.core.agent import AgentState
+from megaactors.core.agent import Phase
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,22 +39,27 @@ class Trace:
     def __len__(self) -> int:
         return len(self.t_agent)
 
+    def clear(self) -> None:
+        """Forget every row."""
+        for column in (self.t_agent, self.t_from, self.t_to, self.t_time, self.b_agent, self.b_time, self.b_size):
+            del column[:]
+
     def transitions(self) -> list[tuple[int, str, str, float]]:
         """Every transition as ``(agent, from, to, time)`` with state names."""
-        names = [s.name for s in AgentState]
+        names = [s.name for s in Phase]
         return [
             (a, names[f], names[t], tm)
             for a, f, t, tm in zip(self.t_agent, self.t_from, self.t_to, self.t_time, strict=True)
         ]
 
-    def max_concurrent(self, state: AgentState) -> int:
-        """Most agents in ``state`` at once (transitions at equal times applied in order)."""
+    def max_concurrent(self, phase: Phase) -> int:
+        """Most agents in ``phase`` at once (transitions at equal times applied in order)."""
         current = best = 0
         for f, t in zip(self.t_from, self.t_to, strict=True):
-            if t == state:
+            if t == phase:
                 current += 1
                 best = max(best, current)
-            if f == state:
+            if f == phase:
                 current -= 1
         return best
 
@@ -73,7 +78,7 @@ class Trace:
         """Transitions as a pandas DataFrame (needs pandas)."""
         import pandas as pd
 
-        names = {int(s): s.name for s in AgentState}
+        names = {int(s): s.name for s in Phase}
         return pd.DataFrame(
             {
                 "agent": list(self.t_agent),

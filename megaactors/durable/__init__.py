@@ -2,7 +2,11 @@
 queue with fencing, and an outbox that makes side effects effectively-once.
 
 ``open_store("runs.db")`` opens (or creates) an SQLite store;
-``open_store("postgresql://...")`` a PostgreSQL one. :func:`run_durable` runs a
+``open_store("postgresql://...")`` a PostgreSQL one; :class:`MemoryStore` keeps
+everything in this process (the reference implementation). A store is a
+:class:`CheckpointStore`: a :class:`RunQueueStore` (runs and leases), a
+:class:`CheckpointLog` (checkpoints, fork, prune) and an :class:`OutboxStore` (side
+effects and compensations) in one database. :func:`run_durable` runs a
 :class:`~megaactors.experiments.spec.RunSpec` under a lease, checkpointing as it goes, and
 resumes from the newest checkpoint when the run already has one.
 """
@@ -12,10 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from megaactors.durable.checkpointing import DurableOptions, run_durable
+from megaactors.durable.memory import MemoryStore
 from megaactors.durable.runqueue import Heartbeat, RunQueue, owner_id
 from megaactors.durable.state import DurableSim, StateError
 from megaactors.durable.store import (
     FORMAT_VERSION,
+    CheckpointLog,
     CheckpointRecord,
     CheckpointStore,
     CorruptStoreError,
@@ -23,7 +29,9 @@ from megaactors.durable.store import (
     FormatVersionError,
     Lease,
     LeaseHeldError,
+    OutboxStore,
     RunExistsError,
+    RunQueueStore,
     RunRecord,
     StoreError,
     UnknownRunError,
@@ -32,6 +40,7 @@ from megaactors.durable.store import (
 
 __all__ = [
     "FORMAT_VERSION",
+    "CheckpointLog",
     "CheckpointRecord",
     "CheckpointStore",
     "CorruptStoreError",
@@ -42,8 +51,11 @@ __all__ = [
     "Heartbeat",
     "Lease",
     "LeaseHeldError",
+    "MemoryStore",
+    "OutboxStore",
     "RunExistsError",
     "RunQueue",
+    "RunQueueStore",
     "RunRecord",
     "StateError",
     "StoreError",

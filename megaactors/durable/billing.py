@@ -112,11 +112,15 @@ class BillingService:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> BillingService:
         self._thread.start()
         return self
+
+    def serve_forever(self) -> None:
+        """Serve in this thread until interrupted."""
+        self._server.serve_forever()
 
     def stop(self) -> None:
         self._server.shutdown()
@@ -226,7 +230,7 @@ def main() -> None:
     service = BillingService(args.host, args.port)
     print(f"billing service on {service.url}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
-        service._server.serve_forever()
+        service.serve_forever()
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from megaactors.durable.outbox import Outbox
 from megaactors.durable.packable import explain
 from megaactors.durable.state import DurableSim
 from megaactors.durable.store import (
+    CheckpointLog,
     CheckpointRecord,
     CheckpointStore,
     FencingError,
@@ -109,7 +110,7 @@ class Progress:
 
     resumed_from: int | None = None
     """Step of the checkpoint this process started from (None: from scratch)."""
-    steps: int = 0
+    super_steps: int = 0
     """The last super-step."""
     checkpoints: int = 0
     full_snapshots: int = 0
@@ -118,6 +119,11 @@ class Progress:
     """Seconds the simulation's thread spent describing and packing states."""
     outbox_performed: int = 0
     outbox_replayed: int = 0
+
+    @property
+    def steps(self) -> int:
+        """Former name of :attr:`super_steps`."""
+        return self.super_steps
 
 
 class _Writer:
@@ -128,7 +134,7 @@ class _Writer:
     connection, at most one checkpoint behind, while the next super-step runs. A
     failed write is raised by the next :meth:`write` or by :meth:`close`."""
 
-    def __init__(self, store: CheckpointStore, lease: Lease, full_ratio: float, progress: Progress) -> None:
+    def __init__(self, store: CheckpointLog, lease: Lease, full_ratio: float, progress: Progress) -> None:
         self.store, self.lease, self.full_ratio, self.progress = store, lease, full_ratio, progress
         self.base: int | None = None
         self.parent: int | None = None
@@ -168,7 +174,7 @@ class _Writer:
         led = rt.ledger
         meta = {
             "step": step,
-            "events": rt.steps,
+            "events": rt.events_run,
             "virtual_time_s": rt.now,
             "agents_changed": len(state["agents"]["ids"]) // 8 if "agents" in state else len(rt.agents),
             "packets": len(state["packets"]["first_id"]) // 8 if "packets" in state else 0,
@@ -283,10 +289,10 @@ def run_durable(
                 writer.write(rt, step)
             else:
                 chain = store.chain(run_id, latest.step)
-                rt.restore([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
+                rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
                 writer.resume(chain, rt)
                 step = progress.resumed_from = latest.step
-            wall_before = rt._wall
+            wall_before = rt.wall_s
             every = options.checkpoint_every
             while not rt.finished:
                 if lost is not None and lost():
@@ -294,15 +300,15 @@ def run_durable(
                 rt.advance(_window_end(rt.next_event_time or 0.0, options.step_s))
                 step += 1
                 if step % every == 0 or rt.finished:
-                    rt._wall = wall_before + time.perf_counter() - wall0
+                    rt.wall_s = wall_before + time.perf_counter() - wall0
                     writer.write(rt, step)
                 if on_step is not None:
                     on_step(step)
             writer.close()
-            rt._wall = wall_before + time.perf_counter() - wall0
+            rt.wall_s = wall_before + time.perf_counter() - wall0
     finally:
         writer.close()
-    progress.steps = step
+    progress.super_steps = step
     progress.outbox_performed, progress.outbox_replayed = outbox.performed, outbox.replayed
     result = rt.result()
     result.params = spec.result_params()
@@ -343,6 +349,6 @@ def fork_run(
     rt = DurableSim(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=spec.seed,
                     max_concurrent_llm=spec.max_concurrent_llm, serial=spec.serial, trace=spec.trace)  # fmt: skip
     chain = store.chain(run_id, step)
-    rt.restore([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
+    rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
     meta = {**store.get(run_id, step).meta, "forked_from": [run_id, step]}
     store.fork(run_id, step, new_run_id, params=params, snapshot=(meta, seal_state(pack_state(rt.full()))))

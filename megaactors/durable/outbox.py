@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from megaactors.durable import billing
-from megaactors.durable.store import CheckpointStore, Compensation, Lease, StoreError
+from megaactors.durable.store import CheckpointStore, Compensation, Lease, OutboxStore, StoreError
 from megaactors.redact import redact
 
 __all__ = ["Outbox", "settle_compensations"]
@@ -34,7 +34,7 @@ __all__ = ["Outbox", "settle_compensations"]
 class Outbox:
     """Performs a run's side effects once, by idempotency key."""
 
-    def __init__(self, store: CheckpointStore, lease: Lease, *, billing_url: str | None = None) -> None:
+    def __init__(self, store: OutboxStore, lease: Lease, *, billing_url: str | None = None) -> None:
         self.store = store
         self.lease = lease
         self.billing_url = billing_url

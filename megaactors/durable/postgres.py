@@ -79,7 +79,7 @@ class PostgresStore(SQLStore):
         if self.readonly and self._in_tx:
             raise StoreError("the store is open read-only")
         try:
-            return self._con.execute(sql, args)  # type: ignore[arg-type]
+            return self._con.execute(sql, args)
         except self._psycopg.Error as exc:
             raise StoreError(f"PostgreSQL: {str(exc).strip().splitlines()[0]}") from exc
 

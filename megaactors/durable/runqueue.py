@@ -23,7 +23,7 @@ import time
 import uuid
 from typing import Any
 
-from megaactors.durable.store import CheckpointStore, FencingError, Lease, LeaseHeldError, StoreError
+from megaactors.durable.store import FencingError, Lease, LeaseHeldError, RunQueueStore, StoreError
 from megaactors.experiments.spec import RunSpec
 
 __all__ = ["DEFAULT_LEASE_S", "Heartbeat", "RunQueue", "owner_id"]
@@ -45,7 +45,7 @@ def _version() -> str:
 class RunQueue:
     """Submits and claims runs of this runtime version."""
 
-    def __init__(self, store: CheckpointStore, version: str | None = None) -> None:
+    def __init__(self, store: RunQueueStore, version: str | None = None) -> None:
         self.store = store
         self.version = version or _version()
 
@@ -84,7 +84,7 @@ class Heartbeat:
     cancelled, or the lease expired before it could be renewed); ``error`` says why.
     """
 
-    def __init__(self, store: CheckpointStore, lease: Lease, lease_s: float = DEFAULT_LEASE_S) -> None:
+    def __init__(self, store: RunQueueStore, lease: Lease, lease_s: float = DEFAULT_LEASE_S) -> None:
         self._target = store
         self.lease = lease
         self.lease_s = lease_s

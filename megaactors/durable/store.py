@@ -1,40 +1,63 @@
-"""The checkpoint store: what every durable backend offers, its errors and formats.
+"""The checkpoint store: what every durable backend offers, by concept.
 
-One database holds everything durable about runs:
+One database holds everything durable about runs, and its contract comes in three
+parts, each an abstract class a consumer can ask for alone:
 
-* **runs** — one row per run (the lesson's ``thread_id``): parameters, status
-  (``queued``, ``running``, ``done``, ``dead``, ``cancelled``), owner, lease expiry
-  on the database's clock, fencing token, attempts, the runtime version, the last
-  error and the result;
-* **checkpoints** — one row per checkpointed super-step: step, parent step, kind
-  (``full`` snapshot, ``delta`` on top of the previous row, or ``start``: the
-  state right after the start, which a restore recomputes), the base it builds on,
-  metadata (virtual time, ledger totals, sizes) and the state, msgpack packed and
-  zstd compressed behind a format header;
-* **outbox** — side effects by idempotency key: the intent, then the result;
-* **compensations** — side effects that happened but could not be recorded.
+* :class:`RunQueueStore` — **runs and leases**: one row per run (parameters, status
+  ``queued``/``running``/``done``/``dead``/``cancelled``, owner, lease expiry on the
+  database's clock, fencing token, attempts, the runtime version, the last error and
+  the result); claims, renewals, retries and the dead letter;
+* :class:`CheckpointLog` — **the checkpoint log**: one row per checkpointed
+  super-step (step, parent step, kind — ``full`` snapshot, ``delta`` on top of the
+  previous row, or ``start``: the state right after the start, which a restore
+  recomputes — the base it builds on, metadata and the state blob,
+  :mod:`megaactors.durable.blob`), with fork and prune;
+* :class:`OutboxStore` — **the outbox and compensations**: side effects by
+  idempotency key (the intent, then the result), and side effects that happened
+  but could not be recorded.
 
 Every write on behalf of a run's holder is *fenced*: it carries the fencing token
 of the claim it acts under and fails with :class:`FencingError` once the run was
 claimed again, cancelled, or the lease expired (on the database's clock).
-:class:`CheckpointStore` is the interface; :mod:`megaactors.durable.sqlite` and
-:mod:`megaactors.durable.postgres` implement it over the same SQL.
+:class:`CheckpointStore` is all three over one database: :mod:`megaactors.durable.sqlite`
+and :mod:`megaactors.durable.postgres` implement it over the same SQL,
+:mod:`megaactors.durable.memory` in plain dictionaries (the reference), and
+:mod:`megaactors.durable.conformance` checks any of them.
 """
 
 from __future__ import annotations
 
-import struct
+import builtins
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
-import zstandard
+from megaactors.durable.blob import (
+    FORMAT,
+    FORMAT_VERSION,
+    check_header,
+    decode_state,
+    encode_state,
+    pack_state,
+    seal_state,
+)
+from megaactors.errors import (
+    CorruptStoreError,
+    FencingError,
+    FormatVersionError,
+    LeaseHeldError,
+    RunExistsError,
+    StoreError,
+    UnknownRunError,
+    VersionMismatchError,
+)
 
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "KINDS",
     "STATUSES",
+    "CheckpointLog",
     "CheckpointRecord",
     "CheckpointStore",
     "Compensation",
@@ -44,101 +67,26 @@ __all__ = [
     "Lease",
     "LeaseHeldError",
     "OutboxEntry",
+    "OutboxStore",
     "RunExistsError",
+    "RunQueueStore",
     "RunRecord",
+    "StoreConnection",
     "StoreError",
     "UnknownRunError",
     "VersionMismatchError",
     "check_header",
+    "checked_checkpoint",
     "decode_state",
     "encode_state",
+    "fence_error",
     "pack_state",
     "seal_state",
 ]
 
-FORMAT = "megaactors-durable"
-"""Name recorded in every database this package creates."""
-FORMAT_VERSION = 2
-"""Version of the schema and of the state encoding; a mismatch is refused, never guessed."""
 STATUSES = ("queued", "running", "done", "dead", "cancelled")
-
-_MAGIC = b"MACK"
-_HEADER = struct.Struct(">4sHB")  # magic, format version, codec
-_ZSTD = 1
-_decompressor = zstandard.ZstdDecompressor()
-
-
-class StoreError(Exception):
-    """A durable-store problem, described in one line."""
-
-
-class CorruptStoreError(StoreError):
-    """The file or database is not a megaactors store (corrupt or another application's)."""
-
-
-class FormatVersionError(StoreError):
-    """The store or a checkpoint was written in a format version this code does not read."""
-
-
-class UnknownRunError(StoreError):
-    """No run has this id."""
-
-
-class RunExistsError(StoreError):
-    """A run with this id already exists."""
-
-
-class LeaseHeldError(StoreError):
-    """Another worker holds the run's lease."""
-
-
-class FencingError(StoreError):
-    """This worker no longer holds the run: its claim was superseded, cancelled or expired."""
-
-
-class VersionMismatchError(StoreError):
-    """The run belongs to another runtime version."""
-
-
-def pack_state(state: Any) -> bytes:
-    """msgpack(state): the part of :func:`encode_state` that needs the interpreter."""
-    return msgpack.packb(state, use_bin_type=True)
-
-
-def seal_state(packed: bytes) -> bytes:
-    """Header + zstd(packed): the part of :func:`encode_state` that runs without the GIL."""
-    return _HEADER.pack(_MAGIC, FORMAT_VERSION, _ZSTD) + zstandard.ZstdCompressor(level=3).compress(packed)
-
-
-def encode_state(state: Any) -> bytes:
-    """Header + zstd(msgpack(state))."""
-    return seal_state(pack_state(state))
-
-
-def check_header(blob: bytes, where: str = "checkpoint") -> None:
-    """Raise unless ``blob`` starts with a header this code reads."""
-    if len(blob) < _HEADER.size:
-        raise CorruptStoreError(f"{where}: {len(blob)} bytes is too short to be a checkpoint")
-    magic, version, codec = _HEADER.unpack_from(blob)
-    if magic != _MAGIC:
-        raise CorruptStoreError(f"{where}: not a megaactors checkpoint (bad magic {magic!r})")
-    if version != FORMAT_VERSION:
-        raise FormatVersionError(
-            f"{where}: written in checkpoint format version {version}; this megaactors reads version {FORMAT_VERSION}"
-        )
-    if codec != _ZSTD:
-        raise CorruptStoreError(f"{where}: unknown compression codec {codec}")
-
-
-def decode_state(blob: bytes, where: str = "checkpoint") -> Any:
-    """The state inside an :func:`encode_state` blob; a wrong header raises."""
-    blob = bytes(blob)
-    check_header(blob, where)
-    try:
-        raw = _decompressor.decompress(blob[_HEADER.size :])
-        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
-    except (zstandard.ZstdError, ValueError, msgpack.UnpackException) as exc:
-        raise CorruptStoreError(f"{where}: the state does not decode: {exc}") from exc
+KINDS = ("full", "delta", "start")
+"""Kinds of checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -224,22 +172,55 @@ class Compensation:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class CheckpointStore(ABC):
-    """Runs, checkpoints, leases and the outbox in one database."""
+def fence_error(
+    lease: Lease, fence: int, owner: str | None, status: str, expires: float | None, now: float
+) -> FencingError | None:
+    """Why ``lease`` no longer holds its run, given the run's row and the database
+    clock ``now`` (None: it holds)."""
+    run = lease.run_id
+    if status in ("done", "dead", "cancelled"):
+        return FencingError(f"run {run!r}: lease lost — the run is {status}")
+    if fence != lease.fence:
+        return FencingError(
+            f"run {run!r}: lease lost — it was claimed again (fence {fence}, owner {owner}); "
+            f"this worker holds fence {lease.fence}"
+        )
+    if status != "running":
+        return FencingError(f"run {run!r}: lease lost — the run is {status}")
+    if expires is None or expires <= now:
+        return FencingError(f"run {run!r}: lease lost — it expired {now - (expires or now):.1f} s ago")
+    return None
+
+
+def checked_checkpoint(
+    run_id: str, step: int, parent_step: int | None, base_step: int, kind: str, latest: int | None
+) -> None:
+    """Raise :class:`StoreError` unless a checkpoint of ``kind`` for ``step`` (after
+    ``parent_step``, on ``base_step``) may follow the run's ``latest`` one."""
+    if kind not in KINDS:
+        raise StoreError(f"a checkpoint is 'full', 'delta' or 'start', got {kind!r}")
+    if kind != "delta" and base_step != step:
+        raise StoreError(f"a {kind} checkpoint is its own base (step {step}, base {base_step})")
+    if latest is not None and step <= latest:
+        raise StoreError(f"run {run_id!r}: step {step} is not after the latest checkpoint {latest}")
+    if latest != parent_step:
+        raise StoreError(f"run {run_id!r}: step {step} names parent {parent_step}; latest is {latest}")
+
+
+class StoreConnection(ABC):
+    """What every part of a store has: where it lives, a clock, connections."""
 
     target: str
-    """Where the store lives (a file path or a PostgreSQL DSN)."""
-
-    # ------------------------------------------------------------------ life cycle
+    """Where the store lives (a file path, a PostgreSQL DSN, ``memory:...``)."""
 
     @abstractmethod
-    def reopen(self) -> CheckpointStore:
+    def reopen(self) -> Any:
         """A second connection to the same store (for another thread)."""
 
     @abstractmethod
     def close(self) -> None: ...
 
-    def __enter__(self) -> CheckpointStore:
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -249,7 +230,9 @@ class CheckpointStore(ABC):
     def now(self) -> float:
         """The database's clock, in seconds since the epoch."""
 
-    # ------------------------------------------------------------------ runs and leases
+
+class RunQueueStore(StoreConnection):
+    """Runs as rows, claimed under leases with fencing, retried, dead-lettered."""
 
     @abstractmethod
     def create_run(
@@ -304,7 +287,14 @@ class CheckpointStore(ABC):
     def cancel(self, run_id: str, reason: str = "cancelled") -> None:
         """Stop a run for good; its holder's next write fails."""
 
-    # ------------------------------------------------------------------ checkpoints
+
+class CheckpointLog(StoreConnection):
+    """One checkpoint per super-step of a run: written fenced, read back as chains,
+    forked into new runs, pruned."""
+
+    @abstractmethod
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run's row (a fork copies its parameters; see :class:`RunQueueStore`)."""
 
     @abstractmethod
     def write(
@@ -328,13 +318,13 @@ class CheckpointStore(ABC):
         """The checkpoint of ``step`` (with its state)."""
 
     @abstractmethod
-    def list(self, run_id: str) -> list[CheckpointRecord]:
+    def list(self, run_id: str) -> builtins.list[CheckpointRecord]:
         """Every checkpoint of a run, oldest first, without states."""
 
-    def chain(self, run_id: str, step: int) -> list[CheckpointRecord]:
+    def chain(self, run_id: str, step: int) -> builtins.list[CheckpointRecord]:
         """What restoring ``step`` needs: its full snapshot and the deltas up to it."""
         target = self.get(run_id, step)
-        rows = [r for r in self._range(run_id, target.base_step, step) if r.base_step == target.base_step]
+        rows = [r for r in self.checkpoints_between(run_id, target.base_step, step) if r.base_step == target.base_step]
         if not rows or rows[0].step != target.base_step or rows[0].kind not in ("full", "start"):
             raise CorruptStoreError(f"run {run_id!r}: the full snapshot of step {target.base_step} is missing")
         expected = target.base_step
@@ -345,7 +335,7 @@ class CheckpointStore(ABC):
         return rows
 
     @abstractmethod
-    def _range(self, run_id: str, first: int, last: int) -> list[CheckpointRecord]:
+    def checkpoints_between(self, run_id: str, first: int, last: int) -> builtins.list[CheckpointRecord]:
         """Checkpoints with ``first <= step <= last`` with their states, oldest first."""
 
     @abstractmethod
@@ -369,7 +359,9 @@ class CheckpointStore(ABC):
         """Delete checkpoints that restoring the newest ``keep`` ones does not need;
         return how many were deleted."""
 
-    # ------------------------------------------------------------------ outbox
+
+class OutboxStore(StoreConnection):
+    """Side effects by idempotency key, and compensations for the unrecorded ones."""
 
     @abstractmethod
     def outbox_results(self, run_id: str) -> dict[str, Any]:
@@ -398,3 +390,14 @@ class CheckpointStore(ABC):
     @abstractmethod
     def settle_compensation(self, c: Compensation, status: str, outcome: Any) -> None:
         """Record how a compensation ended (``adopted`` or ``compensated``)."""
+
+
+class CheckpointStore(RunQueueStore, CheckpointLog, OutboxStore):
+    """Runs and leases, the checkpoint log, and the outbox, in one database."""
+
+    @abstractmethod
+    def reopen(self) -> CheckpointStore:
+        """A second connection to the same store (for another thread)."""
+
+    def __enter__(self) -> CheckpointStore:
+        return self

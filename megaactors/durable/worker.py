@@ -71,7 +71,7 @@ def execute_claimed(
             result = run_durable(store, lease, spec, options, lost=lambda: heartbeat.lost, progress=progress)
             store.finish(lease, result.summary())
             start = "the start" if progress.resumed_from is None else f"super-step {progress.resumed_from}"
-            log(f"worker {lease.owner}: run {lease.run_id!r} ran from {start} to super-step {progress.steps}")
+            log(f"worker {lease.owner}: run {lease.run_id!r} ran from {start} to super-step {progress.super_steps}")
         except FencingError as exc:
             log(f"worker {lease.owner}: {exc}")
             return "lost"

@@ -1,4 +1,4 @@
-"""Async versus threads: N concurrent simulated LLM calls on each live runtime.
+"""Async versus threads: N simulated LLM calls started at once on each live runtime.
 
 Every one of N agents makes one simulated LLM call of exactly ``latency_ms`` (no
 messages), once on the asyncio runtime (a task per agent) and once on the pykka
@@ -6,8 +6,9 @@ runtime (a thread per agent), each in a fresh Python process so that its peak
 resident memory is its own. Reported per side: the wall time of the whole run
 (creating the tasks or threads, the calls, stopping), the time of the calls alone
 (from releasing the agents to the last reply), the peak RSS of the process, and
-the memory each concurrent call added (peak RSS less the RSS before the agents
-were created, over N). The peak is the kernel's high-water mark (``VmHWM``),
+the memory each call added (peak RSS less the RSS before the agents were created,
+over N) and how many calls were in flight at once at the peak — which on threads can
+stay far below N, when calls finish before the last threads start. The peak is the kernel's high-water mark (``VmHWM``),
 reset just before the run where Linux allows it.
 
     python -m megaactors.experiments.async_vs_threads asyncio 500 50   # one side, JSON on stdout
@@ -20,13 +21,16 @@ import os
 import resource
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from megaactors.core.behaviour import Effects, LLMRequest
 from megaactors.core.llm import LatencyModel, SimulatedLLM
 from megaactors.core.organisation import Organisation
 
-__all__ = ["KINDS", "OneCall", "compare", "format_comparison", "measure", "measure_here"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["KINDS", "OneCall", "compare", "comparison_figure", "format_comparison", "measure", "measure_here"]
 
 KINDS = ("asyncio", "threads")
 
@@ -77,7 +81,7 @@ def _peak_rss_mb() -> float:
 
 
 def measure_here(kind: str, calls: int, latency_ms: float) -> dict[str, float]:
-    """Run ``calls`` concurrent calls of ``latency_ms`` on ``kind`` in this process."""
+    """Start ``calls`` calls of ``latency_ms`` at once on ``kind`` in this process."""
     from megaactors.runtime import AsyncioRuntime, PykkaRuntime
 
     cls = {"asyncio": AsyncioRuntime, "threads": PykkaRuntime}[kind]
@@ -119,11 +123,12 @@ def compare(calls: int, latency_ms: float) -> dict[str, dict[str, float]]:
 
 def format_comparison(result: dict[str, dict[str, float]], calls: int, latency_ms: float) -> str:
     """A readable table and what it says about the expectations."""
-    lines = [f"{calls:,} concurrent simulated LLM calls of {latency_ms:g} ms"]
+    lines = [f"{calls:,} simulated LLM calls of {latency_ms:g} ms started at once"]
     for kind in KINDS:
         r = result[kind]
+        flight = f"{r['peak_in_flight']:,} of {calls:,} in flight at once"
         lines.append(
-            f"  {kind:<8} wall {r['wall_s']:7.3f} s (calls {r['calls_s']:.3f} s, {r['peak_in_flight']:,} in flight)"
+            f"  {kind:<8} wall {r['wall_s']:7.3f} s (calls {r['calls_s']:.3f} s, {flight})"
             f"   peak RSS {r['peak_rss_mb']:7.1f} MB ({r['rss_per_call_kb']:.1f} KB per call)"
         )
     a, t = result["asyncio"], result["threads"]
@@ -134,6 +139,42 @@ def format_comparison(result: dict[str, dict[str, float]], calls: int, latency_m
         f"threads took {slower:.2f}x the wall time and {heavier:.1f}x the memory per call"
     )
     return "\n".join(lines)
+
+
+def comparison_figure(rows: list[dict[str, Any]], latency_ms: float) -> Figure:
+    """Wall time (left) and memory per call (right) versus N, one line per runtime,
+    from rows of :func:`measure` with ``runtime`` and ``calls``. N counts calls started
+    at once; where fewer were ever in flight together, the point says how many."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.8), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    for kind, marker, colour in zip(KINDS, "os", ("tab:blue", "tab:orange"), strict=True):
+        mine = sorted((r for r in rows if r["runtime"] == kind), key=lambda r: r["calls"])
+        xs = [r["calls"] for r in mine]
+        left.plot(xs, [r["wall_s"] for r in mine], marker=marker, color=colour, label=f"{kind}: whole run")
+        left.plot(xs, [r["calls_s"] for r in mine], marker=marker, color=colour, ls="--", label=f"{kind}: calls only")
+        right.plot(xs, [r["rss_per_call_kb"] for r in mine], marker=marker, color=colour, label=kind)
+        for r in mine:
+            if r["peak_in_flight"] < r["calls"]:
+                left.annotate(
+                    f"{kind}: {r['peak_in_flight']:,} of {r['calls']:,} in flight at once",
+                    (r["calls"], r["wall_s"]),
+                    xytext=(-6, 10),
+                    textcoords="offset points",
+                    ha="right",
+                    fontsize=7,
+                    color=colour,
+                )
+    left.axhline(1.0, color="grey", lw=0.8, ls=":", label="1 s")
+    left.set(xscale="log", yscale="log", xlabel="LLM calls started at once, N", ylabel="wall time (s)")
+    left.set_title(f"{latency_ms:g} ms simulated calls: wall time")
+    right.set(xscale="log", xlabel="LLM calls started at once, N", ylabel="peak RSS added per call (KB)")
+    right.set_title("memory per call")
+    for ax in (left, right):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig
 
 
 if __name__ == "__main__":

@@ -184,15 +184,16 @@ class RunSpec:
             prices={**PRICES, self.model: self.prices()},
         )
 
-    def execute(self, **runtime_options: Any) -> RunResult:
-        """Build the organisation and run the chat round on the chosen runtime;
-        ``runtime_options`` go to that runtime (e.g. ``time_scale`` for a live one)."""
+    def build(self, **runtime_options: Any) -> Any:
+        """The chosen runtime over this organisation and chat round, not yet started
+        (to step it, e.g. with a :class:`~megaactors.experiments.collector.DataCollector`);
+        ``runtime_options`` go to the runtime."""
         from megaactors.runtime import RUNTIMES
 
         org = self.organisation()
         behaviour = self.build_behaviour()
         check_organisation(behaviour, org)
-        runtime = RUNTIMES[self.runtime](
+        return RUNTIMES[self.runtime](
             org,
             behaviour,
             self.llm(),
@@ -202,7 +203,11 @@ class RunSpec:
             trace=self.trace,
             **runtime_options,
         )
-        result = runtime.run()
+
+    def execute(self, **runtime_options: Any) -> RunResult:
+        """Build the organisation and run the chat round on the chosen runtime;
+        ``runtime_options`` go to that runtime (e.g. ``time_scale`` for a live one)."""
+        result = self.build(**runtime_options).run()
         result.params = self.result_params()
         return result
 

@@ -42,6 +42,7 @@ from megaactors.child_processes import die_with_parent
 from megaactors.core.messages import CHANNELS
 from megaactors.experiments.budget import Budget, estimate
 from megaactors.experiments.closed_forms import OPTIMAL, closed_form_messages, optimal_group_size
+from megaactors.experiments.progress import SweepProgress
 from megaactors.experiments.result_rows import (
     COLUMNS,
     FIGURE_KINDS,
@@ -227,7 +228,7 @@ def run_sweep(
     workers: int | None = None,
     max_messages: int | None = None,
     max_agents: int | None = None,
-    progress: bool = True,
+    progress: bool | SweepProgress = True,
     retry_errors: bool = False,
 ) -> pd.DataFrame:
     """Run every run of ``grid`` and return one row per run as a DataFrame.
@@ -236,7 +237,9 @@ def run_sweep(
     are kept in ``out/grid.json``); runs already there are not recomputed, except
     failed ones when ``retry_errors``, and runs of another grid stay. ``workers``
     processes run in parallel (default: one per core; ``0`` runs everything in this
-    process, without isolation).
+    process, without isolation). ``progress`` is a bar (``True``), none, or a
+    :class:`~megaactors.experiments.progress.SweepProgress` to report to; its units are
+    estimated work, largest runs first.
     """
     planned = plan(grid, max_messages, max_agents=max_agents)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
@@ -252,21 +255,11 @@ def run_sweep(
         rows[run.key] = row
         if store:
             store.append(row)
-        bar.update(1)
-        if figures["status"] == "error":
-            bar.set_postfix(errors=sum(1 for r in rows.values() if r["status"] == "error"), refresh=False)
+        bar.advance(0.0 if run.skipped else run.estimated_cost(), error=figures["status"] == "error")
 
     try:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=len(planned),
-            initial=len(planned) - len(todo),
-            desc="sweep",
-            unit="run",
-            disable=not progress,
-            dynamic_ncols=True,
-        )
+        bar = progress if isinstance(progress, SweepProgress) else SweepProgress(enabled=progress)
+        bar.begin([0.0 if p.skipped else p.estimated_cost() for p in todo], len(planned))
         try:
             for run in [p for p in todo if p.skipped]:
                 record(run, {"status": "skipped", "detail": run.skip_reason})

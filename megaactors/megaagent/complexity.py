@@ -1,177 +1,153 @@
-"""Makespan versus the number of agents: the paper's §3.4 claim, measured.
+"""Makespan versus the number of agents: the paper's §3.4 claim, tested.
 
-The hierarchy run of a scenario (a balanced recruitment tree with a fixed fan-out)
-runs for each N in parallel and in serial (one agent Processing at a time), with one
-LLM call per worker task so that 100,000 agents fit the time budget. The claim is
-about coordination, so the main curves leave git operations unserialised; a third
-curve keeps the global git mutex to show where it takes over. Fits:
+A scenario's hierarchy runs for many N, with one LLM call per worker task so that
+large N fit the time budget, over several seeds:
 
-* parallel ``makespan = a + b·log10 N`` (against a straight line in N for contrast);
-* serial ``makespan = c·N`` (against ``a + b·log10 N`` for contrast);
-* the log–log slope (power-law exponent) of every curve, over the whole range and
-  between its last two points.
+* balanced trees with fan-outs 3, 5 and 10 (the shallowest tree with at most that
+  many children per admin), in parallel; for the main fan-out also in serial (one
+  agent Processing at a time) and in parallel with the global git mutex (the claim is
+  about coordination, so the other curves leave git operations unserialised);
+* the paper's own regime: three levels (boss, admins, workers) whose fan-out grows
+  with N (``N = 1 + f + f²``).
+
+Every curve is compared against tree depth, log N, √N, N and a power law by AIC and
+BIC (:func:`~megaactors.megaagent.stats.compare_models`), each seed's run one point.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from megaactors.behaviours.megaagent import TreePlan
+from megaactors.megaagent.pool import Task
 from megaactors.megaagent.scenarios import Scenario
+from megaactors.megaagent.stats import compare_models, interval
 
-__all__ = ["CURVES", "DEFAULT_AGENTS", "complexity_scenario", "crossover", "fit", "sweep"]
+__all__ = [
+    "CURVES",
+    "DEFAULT_AGENTS",
+    "THREE_LEVEL_FANOUTS",
+    "ComplexityGrid",
+    "complexity_scenario",
+    "complexity_tasks",
+    "crossover",
+    "point",
+    "summarise",
+]
 
-DEFAULT_AGENTS = (10, 30, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
+DEFAULT_AGENTS = (10, 30, 100, 300, 1_000, 3_000, 10_000)
 CURVES = ("parallel", "serial", "parallel_git_lock")
+THREE_LEVEL_FANOUTS = (3, 5, 10, 20, 30, 50)
 
 
-def complexity_scenario(base: Scenario, agents: int, fanout: int, *, serial: bool, git_lock: bool) -> Scenario:
-    """``base`` as a balanced hierarchy of ``agents`` with one LLM call per worker task."""
+@dataclass(frozen=True)
+class ComplexityGrid:
+    """Which runs the sweep makes (every one for every seed)."""
+
+    agents: tuple[int, ...] = DEFAULT_AGENTS
+    main_fanout: int = 5
+    other_fanouts: tuple[int, ...] = (3, 10)
+    other_max_agents: int = 1_000
+    """Largest N of the other fan-outs' curves."""
+    serial_max_agents: int = 1_000
+    """Largest N of the serial curve (one agent at a time: its makespan is the work, linear in N)."""
+    linear_max_agents: int = 3_000
+    """Largest N of the git-mutex curve."""
+    three_level_fanouts: tuple[int, ...] = THREE_LEVEL_FANOUTS
+
+
+def complexity_scenario(base: Scenario, plan: TreePlan, *, serial: bool, git_lock: bool) -> Scenario:
+    """``base`` on recruitment tree ``plan`` with one LLM call per worker task."""
     work = replace(base.work, task_calls=1, deliveries=1, git_lock=git_lock)
-    return base.but(
-        name=f"{base.name}-hierarchy",
-        plan=TreePlan.balanced(agents, fanout),
-        work=work,
-        fanout_cap=None,
-        serial=serial,
-    )
+    return base.but(name=f"{base.name}-hierarchy", plan=plan, work=work, fanout_cap=None, serial=serial)
 
 
-def _point(base: Scenario, n: int, fanout: int, seed: int, curve: str) -> dict[str, Any]:
+def point(base: Scenario, family: str, fanout: int, agents: int, curve: str, seed: int) -> dict[str, Any]:
     """One run of the sweep (a module-level function, so a process pool can run it)."""
-    scenario = complexity_scenario(base, n, fanout, serial=curve == "serial", git_lock=curve == "parallel_git_lock")
+    plan = TreePlan.three_levels(fanout) if family == "three_levels" else TreePlan.balanced(agents, fanout)
+    scenario = complexity_scenario(base, plan, serial=curve == "serial", git_lock=curve == "parallel_git_lock")
     t0 = time.perf_counter()
     result = scenario.run(seed)
-    wall = time.perf_counter() - t0
     led = result.ledger
     return {
+        "family": family,
+        "fanout": fanout,
         "curve": curve,
+        "seed": seed,
         "agents": result.org.n,
         "levels": result.org.depth() + 1,
         "makespan_s": round(led.virtual_time_s, 3),
         "llm_calls": led.llm_calls,
-        "messages": led.messages,
         "lock_wait_s": round(led.lock_wait_s, 3),
-        "wall_s": round(wall, 3),
+        "wall_s": round(time.perf_counter() - t0, 3),
     }
 
 
-def sweep(
-    base: Scenario,
-    agents: Sequence[int] = DEFAULT_AGENTS,
-    fanout: int = 5,
-    seed: int = 1,
-    curves: Sequence[str] = CURVES,
-    progress: Callable[[str], None] | None = None,
-    workers: int | None = None,
-) -> list[dict[str, Any]]:
-    """One row per (N, curve): makespan, levels, LLM calls, wall time.
-
-    ``workers`` processes run the points (``None``: one per core once the sweep
-    reaches 10,000 agents, else 1); every run is independent and deterministic, so
-    the rows do not depend on it."""
-    unknown = sorted(set(curves) - set(CURVES))
-    if unknown:
-        raise ValueError(f"unknown curve(s) {', '.join(unknown)}; expected some of {', '.join(CURVES)}")
-    jobs = [(n, curve) for n in agents for curve in curves]
-    if workers is None:
-        workers = min(os.cpu_count() or 1, len(jobs)) if max(agents, default=0) >= 10_000 else 1
-    rows: dict[tuple[int, str], dict[str, Any]] = {}
-
-    def done(job: tuple[int, str], row: dict[str, Any]) -> None:
-        rows[job] = row
-        if progress is not None:
-            progress(
-                f"{row['curve']:>17} N={row['agents']:>7,}: makespan {row['makespan_s']:>12,.0f} s "
-                f"({row['wall_s']:.1f} s wall)"
-            )
-
-    if workers <= 1:
-        for job in jobs:
-            done(job, _point(base, job[0], fanout, seed, job[1]))
-    else:
-        # fork where there is one: it needs no importable __main__, so any script or notebook can sweep
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
-            futures = {
-                pool.submit(_point, base, n, fanout, seed, curve): (n, curve)
-                for n, curve in sorted(jobs, key=lambda j: -j[0])  # largest first: the pool stays busy
-            }
-            for future in as_completed(futures):
-                done(futures[future], future.result())
-    return [rows[job] for job in jobs]
+def complexity_tasks(base: Scenario, grid: ComplexityGrid, seeds: Sequence[int]) -> list[Task]:
+    """Every run of the grid as a task for :func:`~megaactors.megaagent.pool.run_tasks`."""
+    specs: list[tuple[str, int, int, str]] = []
+    for n in grid.agents:
+        limits = {"parallel": n, "serial": grid.serial_max_agents, "parallel_git_lock": grid.linear_max_agents}
+        for curve in CURVES:
+            if n <= limits[curve]:
+                specs.append(("balanced", grid.main_fanout, n, curve))
+        for f in grid.other_fanouts:
+            if n <= grid.other_max_agents:
+                specs.append(("balanced", f, n, "parallel"))
+    for f in grid.three_level_fanouts:
+        specs.append(("three_levels", f, 1 + f + f * f, "parallel"))
+    return [(point, (base, *spec, seed), float(spec[2])) for spec in specs for seed in seeds]
 
 
-def _r2(y: np.ndarray, predicted: np.ndarray) -> float:
-    ss_res = float(((y - predicted) ** 2).sum())
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    return 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+def _curve_key(row: dict[str, Any]) -> str:
+    if row["family"] == "three_levels":
+        return "three_levels"
+    return f"fanout{row['fanout']}/{row['curve']}"
 
 
-def _log_fit(n: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    x = np.log10(n)
-    b, a = np.polyfit(x, y, 1)
-    return {"a": float(a), "b_per_decade": float(b), "r2": _r2(y, a + b * x)}
-
-
-def _line_fit(n: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    d, c = np.polyfit(n, y, 1)
-    return {"intercept": float(c), "slope_per_agent": float(d), "r2": _r2(y, c + d * n)}
-
-
-def _proportional_fit(n: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    c = float((n * y).sum() / (n * n).sum())
-    return {"c_per_agent": c, "r2": _r2(y, c * n)}
-
-
-def _exponent(n: np.ndarray, y: np.ndarray) -> float:
-    return float(np.polyfit(np.log10(n), np.log10(y), 1)[0])
-
-
-def fit(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Fits of every curve in ``rows`` and the verdict on the §3.4 claim."""
+def summarise(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per curve: makespan per N with its interval over seeds, and the models compared."""
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        curves.setdefault(_curve_key(r), []).append(r)
     out: dict[str, Any] = {}
-    for curve in CURVES:
-        pts = sorted((r["agents"], r["makespan_s"]) for r in rows if r["curve"] == curve)
-        if len(pts) < 3:
-            continue
-        n = np.array([p[0] for p in pts], dtype=float)
-        y = np.array([p[1] for p in pts], dtype=float)
-        out[curve] = {
-            "log": _log_fit(n, y),
-            "linear": _line_fit(n, y),
-            "proportional": _proportional_fit(n, y),
-            "exponent": _exponent(n, y),
-            "last_exponent": float(np.log10(y[-1] / y[-2]) / np.log10(n[-1] / n[-2])),
-        }
-    par, ser = out.get("parallel"), out.get("serial")
-    if par and ser:
-        log_wins = par["log"]["r2"] > par["linear"]["r2"]
-        linear_wins = ser["proportional"]["r2"] > ser["log"]["r2"]
-        out["claim_holds"] = bool(log_wins and linear_wins and par["exponent"] < 0.5 < ser["exponent"])
-        out["summary"] = (
-            f"parallel: makespan = {par['log']['a']:.0f} s + {par['log']['b_per_decade']:.0f} s × log10 N "
-            f"(R² {par['log']['r2']:.3f}; a straight line in N: R² {par['linear']['r2']:.3f}); "
-            f"serial: makespan = {ser['proportional']['c_per_agent']:.2f} s × N "
-            f"(R² {ser['proportional']['r2']:.3f}; a + b·log10 N: R² {ser['log']['r2']:.3f}); "
-            f"log–log slopes {par['exponent']:.2f} (parallel) and {ser['exponent']:.2f} (serial)"
-        )
+    for key, pts in sorted(curves.items()):
+        by_n: dict[int, list[dict[str, Any]]] = {}
+        for r in pts:
+            by_n.setdefault(r["agents"], []).append(r)
+        points = [
+            {
+                "agents": n,
+                "levels": group[0]["levels"],
+                "fanout": group[0]["fanout"],
+                "makespan_s": interval([r["makespan_s"] for r in group]),
+                "lock_wait_s": float(np.mean([r["lock_wait_s"] for r in group])),
+            }
+            for n, group in sorted(by_n.items())
+        ]
+        entry: dict[str, Any] = {"points": points}
+        if len(by_n) >= 3:
+            entry["models"] = compare_models(
+                [r["agents"] for r in pts], [r["levels"] for r in pts], [r["makespan_s"] for r in pts]
+            )
+            ns = [p["agents"] for p in points]
+            ys = [p["makespan_s"]["mean"] for p in points]
+            entry["last_exponent"] = float(np.log(ys[-1] / ys[-2]) / np.log(ns[-1] / ns[-2]))
+        out[key] = entry
     return out
 
 
-def crossover(rows: Sequence[dict[str, Any]]) -> int | None:
-    """Smallest N at which the git mutex at least doubles the parallel makespan."""
-    plain = {r["agents"]: r["makespan_s"] for r in rows if r["curve"] == "parallel"}
-    for r in sorted((r for r in rows if r["curve"] == "parallel_git_lock"), key=lambda r: r["agents"]):
-        base = plain.get(r["agents"])
-        if base and r["makespan_s"] >= 2 * base:
-            return int(r["agents"])
+def crossover(summary: dict[str, Any], fanout: int) -> int | None:
+    """Smallest N at which the git mutex at least doubles the mean parallel makespan."""
+    plain = {
+        p["agents"]: p["makespan_s"]["mean"] for p in summary.get(f"fanout{fanout}/parallel", {}).get("points", [])
+    }
+    for p in summary.get(f"fanout{fanout}/parallel_git_lock", {}).get("points", []):
+        if p["agents"] in plain and p["makespan_s"]["mean"] >= 2 * plain[p["agents"]]:
+            return int(p["agents"])
     return None

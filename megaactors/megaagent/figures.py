@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from megaactors.behaviours.megaagent import STAGES
 from megaactors.core.agent import AgentState
 from megaactors.core.trace import Trace
-from megaactors.megaagent.complexity import CURVES
 
-__all__ = ["ablation_figure", "complexity_figure", "stage_figure", "timeline_figure"]
+__all__ = ["ablation_figure", "gantt_figure", "occupancy_figure", "save", "stage_figure", "timeline_figure"]
 
 _PAPER, _SIM = "#7f7f7f", "#1f77b4"
 _LABELS = {"planning": "planning", "task_solving": "task solving", "merging": "merging"}
@@ -32,7 +32,8 @@ _VARIANT_LABELS = {
 }
 
 
-def _save(fig: Figure, path: Path | None) -> Figure:
+def save(fig: Figure, path: Path | None) -> Figure:
+    """Write ``fig`` as PNG when a path is given; return it."""
     if path is not None:
         fig.savefig(path, dpi=110, bbox_inches="tight")
     return fig
@@ -52,73 +53,105 @@ def stage_figure(scenarios: dict[str, dict[str, Any]], path: Path | None = None)
         ax.set(yscale="log", ylabel="tokens", title=f"{name}: tokens per stage ({sc['paper']['table']})")
         ax.legend()
         ax.grid(True, axis="y", which="both", alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def ablation_figure(scenarios: dict[str, dict[str, Any]], path: Path | None = None) -> Figure:
-    """Makespan of every ablation, paper against simulation, one panel per scenario."""
-    fig = Figure(figsize=(6.5 * len(scenarios), 4.2))
+    """Makespan of every ablation, paper against simulation (mean and 95 % interval
+    over seeds), one panel per scenario. A paper figure that is a lower bound is drawn
+    as a hatched bar with an arrow, not as a value."""
+    fig = Figure(figsize=(6.5 * len(scenarios), 4.4))
     axes = fig.subplots(1, len(scenarios), squeeze=False)
     for ax, (name, sc) in zip(axes[0], scenarios.items(), strict=True):
         rows = sc["ablations"]
         names = list(rows)
         x = np.arange(len(names))
-        paper = [rows[v]["paper_makespan_s"] or 0 for v in names]
-        ours = [rows[v]["makespan_s"] for v in names]
-        ax.bar(x - 0.2, paper, 0.4, color=_PAPER, label="paper")
-        ax.bar(x + 0.2, ours, 0.4, color=_SIM, label="simulation")
-        ax.set_xticks(x, [f"{_VARIANT_LABELS[v]}\n{rows[v]['agents']} agents" for v in names], fontsize=8)
+        for i, v in enumerate(names):
+            paper, bound = rows[v]["paper_makespan_s"], rows[v]["paper_is_lower_bound"]
+            if paper:
+                ax.bar(
+                    i - 0.2,
+                    paper,
+                    0.4,
+                    color="white" if bound else _PAPER,
+                    edgecolor=_PAPER,
+                    hatch="//" if bound else None,
+                )
+                if bound:
+                    ax.annotate(
+                        "", (i - 0.2, paper * 2.2), (i - 0.2, paper), arrowprops={"arrowstyle": "->", "color": _PAPER}
+                    )
+                    ax.text(i - 0.2, paper * 2.4, f"> {paper:,.0f}\n(stopped)", ha="center", fontsize=7, color=_PAPER)
+        mk = [rows[v]["makespan_s"] for v in names]
+        means = np.array([m["mean"] for m in mk])
+        err = np.array([[m["mean"] - m["lo"] for m in mk], [m["hi"] - m["mean"] for m in mk]])
+        ax.bar(x + 0.2, means, 0.4, color=_SIM, yerr=err, capsize=3)
+        values = [*means, *(rows[v]["paper_makespan_s"] for v in names if rows[v]["paper_makespan_s"])]
+        labels = [f"{_VARIANT_LABELS[v]}\n{rows[v]['agents']['mean']:,.0f} agents" for v in names]
+        ax.set_xticks(x, labels, fontsize=8)
         ax.set(
-            yscale="log", ylabel="makespan (s, log scale)", title=f"{name}: ablations ({sc['paper']['ablation_table']})"
+            yscale="log",
+            ylim=(min(values) / 2, max(values) * 5),
+            ylabel="makespan (s, log scale)",
+            title=f"{name}: ablations ({sc['paper']['ablation_table']})",
         )
-        ax.legend()
+        handles = [
+            Patch(color=_PAPER, label="paper"),
+            Patch(facecolor="white", edgecolor=_PAPER, hatch="//", label="paper, lower bound"),
+            Patch(color=_SIM, label="simulation (mean, 95 % CI)"),
+        ]
+        ax.legend(handles=handles, fontsize=7, loc="upper right")
         ax.grid(True, axis="y", which="both", alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
-def complexity_figure(rows: Sequence[dict[str, Any]], fits: dict[str, Any], path: Path | None = None) -> Figure:
-    """Makespan versus N: all curves on log–log axes, and the parallel curve against log N."""
-    fig = Figure(figsize=(12.5, 4.6))
-    left, right = fig.subplots(1, 2)
-    styles = {
-        "parallel": ("o-", "#1f77b4", "parallel"),
-        "serial": ("s-", "#d62728", "serial (one agent Processing at a time)"),
-        "parallel_git_lock": ("^--", "#2ca02c", "parallel, git operations behind one mutex"),
-    }
-    for curve in CURVES:
-        pts = sorted((r["agents"], r["makespan_s"]) for r in rows if r["curve"] == curve)
-        if not pts:
-            continue
-        n = np.array([p[0] for p in pts], dtype=float)
-        y = np.array([p[1] for p in pts], dtype=float)
-        marker, color, label = styles[curve]
-        exponent = fits.get(curve, {}).get("exponent")
-        suffix = f" (slope {exponent:.2f})" if exponent is not None else ""
-        left.plot(n, y, marker, color=color, label=label + suffix)
-        if curve == "parallel" and "parallel" in fits:
-            f = fits["parallel"]["log"]
-            right.plot(n, y, "o", color=color, label="parallel (simulated)")
-            grid = np.logspace(np.log10(n.min()), np.log10(n.max()), 50)
-            right.plot(
-                grid,
-                f["a"] + f["b_per_decade"] * np.log10(grid),
-                "-",
-                color="black",
-                label=f"fit {f['a']:.0f} + {f['b_per_decade']:.0f}·log10 N (R² {f['r2']:.3f})",
+def gantt_figure(scenarios: dict[str, dict[str, Any]], path: Path | None = None) -> Figure:
+    """Stage windows (first call start to last call end), paper against simulation
+    (the simulation's bar spans the seeds' mean window; whiskers their range)."""
+    fig = Figure(figsize=(6.5 * len(scenarios), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(scenarios), squeeze=False)
+    for ax, (name, sc) in zip(axes[0], scenarios.items(), strict=True):
+        for row, stage in enumerate(STAGES):
+            p0, p1 = sc["paper"]["stages"][stage]["window_s"]
+            ax.broken_barh([(p0, p1 - p0)], (row + 0.05, 0.4), color=_PAPER)
+            w = sc["stage_windows"][stage]
+            s0, s1 = w["start"]["mean"], w["end"]["mean"]
+            ax.broken_barh([(s0, max(s1 - s0, 1e-9))], (row - 0.45, 0.4), color=_SIM)
+            ax.errorbar(
+                [s1], [row - 0.25], xerr=[[s1 - w["end"]["min"]], [w["end"]["max"] - s1]], fmt="none", color="black"
             )
-        if curve == "serial" and "serial" in fits:
-            c = fits["serial"]["proportional"]
-            grid = np.logspace(np.log10(n.min()), np.log10(n.max()), 50)
-            left.plot(grid, c["c_per_agent"] * grid, ":", color=color, label=f"fit {c['c_per_agent']:.1f} s × N")
-    left.set(xscale="log", yscale="log", xlabel="agents N", ylabel="makespan (s, virtual)", title="Makespan versus N")
-    left.grid(True, which="both", alpha=0.3)
-    left.legend(fontsize=8)
-    right.set(
-        xscale="log", xlabel="agents N (log scale)", ylabel="makespan (s, linear scale)", title="Parallel: a + b·log N"
-    )
-    right.grid(True, which="both", alpha=0.3)
-    right.legend(fontsize=8)
-    return _save(fig, path)
+        ax.set_yticks(range(len(STAGES)), [_LABELS[s] for s in STAGES])
+        handles = [
+            Patch(color=_SIM, label="simulation (mean; whisker: range of the end over seeds)"),
+            Patch(color=_PAPER, label="paper"),
+        ]
+        ax.set(xlabel="time (s)", title=f"{name}: stage windows ({sc['paper']['table']})")
+        ax.invert_yaxis()
+        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=2)
+        ax.grid(True, axis="x", alpha=0.3)
+    return save(fig, path)
+
+
+def occupancy_figure(panels: dict[str, dict[str, Any]], path: Path | None = None) -> Figure:
+    """Agents Idle and Processing over time, and how many of the Processing ones wait
+    for the git mutex (one panel per run; Response is instantaneous in simulation)."""
+    fig = Figure(figsize=(6.5 * len(panels), 3.8))
+    axes = fig.subplots(1, len(panels), squeeze=False)
+    for ax, (title, occ) in zip(axes[0], panels.items(), strict=True):
+        t = occ["time_s"]
+        ax.stackplot(
+            t,
+            occ["processing"] - occ["waiting_for_mutex"],
+            occ["waiting_for_mutex"],
+            occ["idle"],
+            colors=[_SIM, "#d62728", "#dddddd"],
+            labels=["Processing (LLM or tool)", "Processing, waiting for the git mutex", "Idle"],
+            step="post",
+        )
+        ax.set(xlabel="virtual time (s)", ylabel="agents that have started", title=title)
+        ax.legend(fontsize=7, loc="upper right")
+        ax.grid(True, alpha=0.3)
+    return save(fig, path)
 
 
 def timeline_figure(trace: Trace, roles: Sequence[str], title: str, path: Path | None = None) -> Figure:
@@ -140,4 +173,4 @@ def timeline_figure(trace: Trace, roles: Sequence[str], title: str, path: Path |
     ax.set_yticks(range(len(agents)), [f"{a} ({roles[a]})" for a in agents], fontsize=8)
     ax.set(xlabel="virtual time (s)", title=title)
     ax.grid(True, axis="x", alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)

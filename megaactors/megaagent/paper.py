@@ -16,6 +16,7 @@ __all__ = [
     "COMPLEXITY_CLAIM",
     "MAX_SUBORDINATES",
     "PAPER",
+    "REFERENCE_CODE",
     "REFERENCE_LOG",
     "RETRY_CAP",
     "STAGE_TABLES",
@@ -44,6 +45,7 @@ PAPER: dict[str, dict[str, Any]] = {
         },
         "total": (1_163_619, 68_862, 0, 870),
         "cost_usd": None,
+        "text_token_ratio": 23,  # "about 23:1" input to output tokens in the text
     },
     "policy": {
         "source": "Tables 6, 8, 9 (national policy generation, GPT-4o-mini)",
@@ -68,6 +70,7 @@ PAPER: dict[str, dict[str, Any]] = {
         },
         "total": (8_463_989, 381_053, 0, 3000),
         "cost_usd": 3.30,
+        "text_token_ratio": 25,  # "about 25:1" in the text
         # v2 text: 9 ministers recruited, each recruiting dozens; three levels
         "level_one_agents": 9,
     },
@@ -77,14 +80,61 @@ STAGE_TABLES = {"gobang": "Table 5", "policy": "Table 9"}
 ABLATION_TABLES = {"gobang": "Table 4", "policy": "Table 8"}
 
 REFERENCE_LOG: dict[str, Any] = {
-    "source": "the reference repository's log of one Gobang run",
+    "source": "the reference repository's log of one Gobang run (log.txt, logs/*.log; model gpt-4.1, April 2025)",
     "agents": 6,
-    "makespan_s": 887,
+    "makespan_s": 887.4,
     "llm_calls": 490,
-    "tokens_in": 2_030_000,
-    "tokens_out": 55_000,
+    "tokens_in": 2_033_617,
+    "tokens_out": 54_598,
+    # measured by megaactors.megaagent.reference_log.analyse on the shipped log
+    "latency": {
+        "calls": 444,
+        "prefill_s_per_token": 7.54e-5,
+        "per_output_token_s": 0.00822,
+        "base_median_s": 1.19,
+        "base_sigma": 0.63,
+    },
+    "llm_busy_s": 1274.4,
+    "tool_busy_s": 641.9,
+    "mean_concurrency": 2.159,
+    "write_file_min_s": 0.277,
+    "write_file_mean_s": 1.725,
+    "other_tool_mean_s": 1.25,
+    "writes": 30,
+    "write_conflicts": 0,
+    "read_file_tokens": 929,
+    "reminder_rounds": 2,
+    "reminded_per_round": (3, 2),
+    "calls_per_reminder": 5.6,
+    "proofread_calls": 11,
 }
-"""Used for one assumption: the mean prompt per LLM call (about 4.1 k tokens)."""
+"""The reference run, measured. ``other_tool_mean_s`` is the mean duration of its
+tool calls that hold no git lock (``exec_python_file``, ``input``, ``read_file``:
+19 × 0.965 s, 76 × 2.092 s, 70 × 0.425 s); ``write_file_min_s`` is its shortest
+file write, the git mutex hold without waiting; ``mean_concurrency`` is LLM and tool
+time summed over agents over the makespan."""
+
+REFERENCE_CODE: dict[str, str] = {
+    "main_loop_poll": "main.py: the main loop sleeps 1 s between checks that every agent is idle",
+    "main_loop_rounds": (
+        "main.py and examples/policy_making/main.py: once every agent is idle, every agent whose TODO file is "
+        "non-empty is re-prompted; the policy loop joins all threads of a round before the next; when no TODO "
+        "is left the boss reads and checks all output files"
+    ),
+    "wake_on_enqueue": "agent.py: Agent.enqueue starts the agent's thread when it is idle (no polling)",
+    "git_mutex": (
+        "utils.py: write_file holds the one git_lock through a checkout, the write, time.sleep(0.2), add, "
+        "commit and merge; read_file and every prompt's TODO read hold it briefly"
+    ),
+    "stale_state": (
+        "utils.py: write_file with an old base_commit_hash checks that commit out, commits and merges; a merge "
+        "conflict is returned to the agent, which has to read the file again and rewrite it"
+    ),
+    "retries": "llm.py: get_llm_response retries a failed request at once, without backoff, until it has a reply",
+    "memory": "config.py: MAX_MEMORY = 10 (messages in each prompt), MAX_ROUNDS = 20 (tool rounds per activation)",
+    "subordinates": "config.py: MAX_SUBORDINATES = 5, checked with > (6 get through); the policy example caps at 5 too",
+}
+"""Where each mechanism of the reference code lives (paths in github.com/Xtra-Computing/MegaAgent)."""
 
 COMPLEXITY_CLAIM = "§3.4: layer-to-layer communication O(log n) with groups in parallel; serial frameworks O(n)"
 MAX_SUBORDINATES = 5

@@ -2,10 +2,10 @@
 run measures.
 
 A :class:`Scenario` is everything one simulated run needs besides the seed: the
-recruitment plan, the function-call loop, monitoring, per-stage tokens, the priced
-model and its latency. :data:`GOBANG` and :data:`POLICY` hold the stated assumptions
-(their token counts are starting points: :mod:`megaactors.megaagent.calibration`
-fits them to the paper's per-stage split).
+recruitment plan, the function-call loop, monitoring, the main loop, per-stage
+tokens, the priced model, its latency and the API's limits. :data:`GOBANG` and
+:data:`POLICY` hold the stated assumptions (their token counts are starting points:
+:mod:`megaactors.megaagent.calibration` fits them to the paper's per-stage split).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from megaactors.behaviours.megaagent import (
     STAGES,
     MegaAgent,
     Monitoring,
+    OuterLoop,
     StageTokens,
     TokenPlan,
     TreePlan,
@@ -26,14 +27,44 @@ from megaactors.behaviours.megaagent import (
 )
 from megaactors.core.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel
 from megaactors.core.organisation import Organisation
-from megaactors.megaagent.paper import PAPER
+from megaactors.megaagent.paper import PAPER, REFERENCE_LOG
 from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim import SimRuntime
 
-__all__ = ["GOBANG", "POLICY", "SCENARIOS", "VARIANTS", "Scenario", "measure", "policy_plan"]
+__all__ = [
+    "GOBANG",
+    "POLICY",
+    "PREFILL_S_PER_TOKEN",
+    "REVIEW_TOKENS",
+    "SCENARIOS",
+    "VARIANTS",
+    "ApiLimits",
+    "Scenario",
+    "measure",
+    "policy_plan",
+]
 
 VARIANTS = ("full", "no_parallelism", "no_hierarchy", "no_monitoring")
 """The ablations of Tables 4 and 8."""
+
+PREFILL_S_PER_TOKEN = REFERENCE_LOG["latency"]["prefill_s_per_token"]
+"""Seconds of latency per prompt token: the least-squares slope of the reference log's
+call latencies on their input tokens (gpt-4.1, 444 calls; about 13,000 tokens/s)."""
+REVIEW_TOKENS = REFERENCE_LOG["read_file_tokens"]
+"""Tokens a reviewer reads per delivery: the mean ``read_file`` result of the reference log."""
+
+
+@dataclass(frozen=True)
+class ApiLimits:
+    """What the LLM provider allows: for now a cap on calls in flight (extra calls
+    wait in order); a requests-per-minute limit belongs here as one more field."""
+
+    max_concurrent_llm: int | None = None
+
+    def __post_init__(self) -> None:
+        cap = self.max_concurrent_llm
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+            raise ValueError(f"max_concurrent_llm must be an integer >= 1 or None, got {cap!r}")
 
 
 @dataclass(frozen=True)
@@ -54,6 +85,8 @@ class Scenario:
     """Recruits per agent the organisation allows (``None``: the plan's largest fan-out)."""
     serial: bool = False
     """One agent Processing at a time (the "w/o parallelism" ablation)."""
+    outer_loop: OuterLoop = field(default_factory=OuterLoop)
+    limits: ApiLimits = field(default_factory=ApiLimits)
 
     def __post_init__(self) -> None:
         if self.model not in PRICES:
@@ -82,12 +115,24 @@ class Scenario:
 
     def behaviour(self, seed: int) -> MegaAgent:
         return MegaAgent(
-            self.plan, self.tokens, self.work, self.monitoring, seed=seed, bytes_per_token=self.bytes_per_token
+            self.plan,
+            self.tokens,
+            self.work,
+            self.monitoring,
+            seed=seed,
+            bytes_per_token=self.bytes_per_token,
+            outer_loop=self.outer_loop,
         )
 
     def runtime(self, seed: int = 1, *, trace: bool = False) -> SimRuntime:
         return SimRuntime(
-            self.organisation(), self.behaviour(seed), self.llm(seed), seed=seed, serial=self.serial, trace=trace
+            self.organisation(),
+            self.behaviour(seed),
+            self.llm(seed),
+            seed=seed,
+            serial=self.serial,
+            trace=trace,
+            max_concurrent_llm=self.limits.max_concurrent_llm,
         )
 
     def run(self, seed: int = 1, *, trace: bool = False) -> RunResult:
@@ -147,6 +192,13 @@ def measure(result: RunResult) -> dict[str, Any]:
         "tool_calls": led.tool_calls,
         "lock_wait_s": round(led.lock_wait_s, 3),
         "llm_time_s": round(led.llm_time_s, 3),
+        "tool_time_s": round(led.tool_time_s, 3),
+        "busy_s": round(led.llm_time_s + led.tool_time_s, 3),
+        "mean_concurrency": round((led.llm_time_s + led.tool_time_s) / led.virtual_time_s, 4)
+        if led.virtual_time_s
+        else 0.0,
+        "conflicts": sum(s["conflicts"] for s in result.states),
+        "batches": sum(led.per_agent["batches"]),
         "peak_llm_in_flight": led.peak_llm_in_flight,
         "stages": stages,
     }
@@ -165,20 +217,20 @@ GOBANG = Scenario(
     name="gobang",
     plan=TreePlan(7, (2, 2)),  # boss → 2 admins → 2 workers each: 7 agents, three levels
     tokens=TokenPlan(StageTokens(2000, 3000), StageTokens(500, 200), StageTokens(1000, 300)),
-    work=Work(task_calls=40, deliveries=4, retry_calls=2, git_s=0.5, tool_s=2.0),
+    work=Work(task_calls=40, deliveries=4, retry_calls=2, git_s=0.5, tool_s=2.0, review_tokens=REVIEW_TOKENS),
     monitoring=Monitoring(checklist_failure=0.2, review_failure=0.2, boss_failure=0.1, retry_cap=30),
     model="gpt-4o",
-    latency=LatencyModel(median_s=1.0, sigma=0.5, per_output_token_s=0.0125),
+    latency=LatencyModel(median_s=1.0, sigma=0.5, per_output_token_s=0.0125, prefill_s_per_token=PREFILL_S_PER_TOKEN),
 )
 
 POLICY = Scenario(
     name="policy",
     plan=policy_plan(590),  # boss → 9 ministers → 580 testers and experts: three levels
     tokens=TokenPlan(StageTokens(2000, 2000), StageTokens(500, 150), StageTokens(1000, 500)),
-    work=Work(task_calls=3, retry_calls=1, git_s=0.5, tool_s=0.5),
+    work=Work(task_calls=3, retry_calls=1, git_s=0.5, tool_s=0.5, review_tokens=REVIEW_TOKENS),
     monitoring=Monitoring(checklist_failure=0.2, review_failure=0.2, boss_failure=0.1, retry_cap=30),
     model="gpt-4o-mini",
-    latency=LatencyModel(median_s=0.8, sigma=0.5, per_output_token_s=0.010),
+    latency=LatencyModel(median_s=0.8, sigma=0.5, per_output_token_s=0.010, prefill_s_per_token=PREFILL_S_PER_TOKEN),
 )
 
 SCENARIOS: dict[str, Scenario] = {"gobang": GOBANG, "policy": POLICY}

@@ -1,22 +1,25 @@
 """The asyncio runtime: every agent is an asyncio task with its own in-queue.
 
 An agent's task runs its start effects, then sleeps on a future until a message
-arrives. A broadcast to a whole group or to every admin is one entry in that
+arrives; each activation is the shared agent cycle
+(:meth:`~megaactors.runtime.live.LiveRuntime.cycle`), each of whose waits is
+awaited. A broadcast to a whole group or to every admin is one entry in that
 channel's shared log, which each member reads from its own cursor; any other send
 appends a reference to its packet to each recipient's private in-queue (see
 :mod:`megaactors.runtime.mailboxes`: a batch gathering several queues lists its
 messages by id, which in one process is arrival order). Once per turn of the
 event loop a wake-up pass resolves the futures of the recipients that were Idle,
 however many messages each received. LLM calls are awaited: a simulated LLM's
-latency is slept (``latency_s * time_scale`` wall seconds), a real endpoint (an object with ``async acomplete``, e.g.
-:class:`megaactors.providers.chat_completions.ChatCompletionsClient`) is awaited as it answers.
-``max_concurrent_llm`` is an :class:`asyncio.Semaphore`; serial mode passes one
-token in FIFO order; tool locks are :class:`asyncio.Lock` by name (FIFO).
+latency is slept (``latency_s * time_scale`` wall seconds), a real endpoint (an
+object with ``async acomplete``, e.g.
+:class:`megaactors.providers.chat_completions.ChatCompletionsClient`) is awaited as
+it answers. The serial token, LLM slots and tool locks are FIFO gates whose waiters
+wait on futures.
 
 The run ends when every agent is Idle with an empty in-queue; every task then
 returns, so nothing is left on the loop. An exception in an agent ends the run at
 once: the other tasks are cancelled and :meth:`AsyncioRuntime.run` raises it
-(a :class:`~megaactors.core.behaviour.BehaviourError` names the agent and the message).
+(a :class:`~megaactors.errors.BehaviourError` names the agent and the message).
 
 ``run()`` makes its own event loop (uvloop when installed, unless
 ``event_loop="asyncio"``); inside a running loop (Jupyter) use
@@ -27,7 +30,8 @@ from releasing the agents to the last one going Idle, divided by ``time_scale``.
 tick of that length is woken by one shared timer, at the end of the tick (waits
 are rounded up by less than one tick). It pays off with hundreds of thousands of
 concurrent waits. ``shards=k`` runs the agents in ``k`` processes, one event loop
-each (see :mod:`megaactors.runtime.aio_shards`).
+each (see :mod:`megaactors.runtime.aio_shards`), each with a :class:`Router` that
+sends what is not local to the other shards.
 """
 
 from __future__ import annotations
@@ -36,25 +40,27 @@ import asyncio
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from itertools import repeat
-from typing import Any
+from typing import Any, Protocol
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
-from megaactors.core.behaviour import Behaviour, Effects, LLMRequest, ToolCall
-from megaactors.core.messages import Batch
+from megaactors.core.behaviour import Behaviour, Effects
+from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
+from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
-from megaactors.runtime.live import DEFAULT_TIME_SCALE, LiveRuntime
+from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep
 from megaactors.runtime.mailboxes import Mailboxes
+from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 
-__all__ = ["EVENT_LOOPS", "AsyncioRuntime", "new_event_loop"]
+__all__ = ["EVENT_LOOPS", "AsyncioRuntime", "Router", "new_event_loop"]
 
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 _STOP = object()  # resolves an Idle agent's wake-up future when the run is over
-_consume = deque(maxlen=0).extend  # runs an iterator to its end at C speed
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
 _append = list.append
 
 
@@ -73,30 +79,30 @@ def new_event_loop(kind: str = "auto") -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-class _Token:
-    """Serial mode: one agent may be Processing; the others queue in FIFO order."""
+class Router(Protocol):
+    """Where a process that runs only some of the agents sends the rest (a shard)."""
 
-    def __init__(self) -> None:
-        self.holder: Agent | None = None
-        self.waiting: deque[tuple[Agent, asyncio.Future[None]]] = deque()
+    local: range
+    """The agents this process runs."""
 
-    async def acquire(self, a: Agent) -> None:
-        if self.holder is None or self.holder is a:
-            self.holder = a
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiting.append((a, fut))
-        await fut
+    def reserve(self, count: int) -> int:
+        """The first of ``count`` consecutive message ids for one send (ids are
+        consecutive over the whole run, whichever process sends)."""
+        ...
 
-    def release(self, a: Agent) -> None:
-        if self.holder is a:
-            self.holder = None
-            while self.waiting:
-                nxt, fut = self.waiting.popleft()
-                if not fut.done():
-                    self.holder = nxt
-                    fut.set_result(None)
-                    return
+    def forward(self, packet: Packet, to_logs: bool) -> Sequence[int]:
+        """Send ``packet`` to its recipients in other processes (``to_logs``: a
+        broadcast, into their channel logs); return its local recipients."""
+        ...
+
+    def quiescent(self) -> None:
+        """No local agent is busy."""
+        ...
+
+    def admit(self, agent: Agent, what: str) -> None:
+        """Raise :class:`~megaactors.errors.ParameterError` unless ``agent`` may do
+        ``what`` here (``recruit``, or take the named tool lock ``lock <name>``)."""
+        ...
 
 
 class _Timers:
@@ -131,52 +137,38 @@ class AsyncioRuntime(LiveRuntime):
         org: Organisation,
         behaviour: Behaviour,
         llm: Any = None,
+        options: RuntimeOptions | None = None,
         *,
-        seed: int = 0,
-        max_concurrent_llm: int | None = None,
-        serial: bool = False,
-        trace: bool = True,
-        tools: dict[str, Callable[[Any], Any]] | None = None,
-        time_scale: float = DEFAULT_TIME_SCALE,
         event_loop: str = "auto",
         timer_tick_s: float = 0.0,
         shards: int = 1,
+        **option_fields: Any,
     ) -> None:
-        super().__init__(
-            org,
-            behaviour,
-            llm,
-            seed=seed,
-            max_concurrent_llm=max_concurrent_llm,
-            serial=serial,
-            trace=trace,
-            tools=tools,
-            time_scale=time_scale,
-        )
+        super().__init__(org, behaviour, llm, options, **option_fields)
         if event_loop not in EVENT_LOOPS:
             raise ParameterError(f"unknown event loop {event_loop!r}; expected one of {', '.join(EVENT_LOOPS)}")
         if not isinstance(timer_tick_s, (int, float)) or not 0 <= timer_tick_s < float("inf"):
             raise ParameterError(f"timer tick must be a number >= 0 seconds, got {timer_tick_s!r}")
         if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
             raise ParameterError(f"shards must be an integer >= 1, got {shards!r}")
-        if shards > 1 and (serial or max_concurrent_llm is not None):
+        if shards > 1 and (self.serial or self.max_concurrent_llm is not None):
             raise ParameterError("shards: serial mode and max_concurrent_llm need one process (shards=1)")
         self.event_loop = event_loop
         self.timer_tick_s = float(timer_tick_s)
         self.shards = shards
+        self.router: Router | None = None
+        """Set in a process that runs only some of the agents (see :class:`Router`)."""
         self.tasks: list[asyncio.Task[None]] = []
-        self._inboxes = [a.inbox for a in self.agents]
+        self.inboxes = [a.inbox for a in self.agents]
+        """Each agent's private in-queue (``agent.inbox``), by id."""
         self._wakers: list[asyncio.Future[Any] | None] = [None] * org.n
         self._dirty: set[int] = set()
         """Agents that received a private message since the last wake-up pass."""
-        self._mail: Mailboxes | None = None
+        self.mailboxes: Mailboxes | None = None
         """Every in-queue: private ones and channel logs (made when the run starts)."""
         self._waking = False
         self._active = 0
         self._done: asyncio.Future[None] | None = None
-        self._semaphore: asyncio.Semaphore | None = None
-        self._token: _Token | None = None
-        self._tool_locks: dict[str, asyncio.Lock] = {}
         self._timers: _Timers | None = None
 
     # ------------------------------------------------------------------ driving
@@ -184,7 +176,7 @@ class AsyncioRuntime(LiveRuntime):
     def run(self) -> RunResult:
         """Run on a fresh event loop (one per shard) until every agent is Idle."""
         if self.shards > 1:
-            from megaactors.runtime.aio_shards import run_sharded
+            from megaactors.runtime.shard_coordinator import run_sharded
 
             return run_sharded(self)
         results: list[RunResult] = []
@@ -202,13 +194,13 @@ class AsyncioRuntime(LiveRuntime):
             raise ParameterError("shards: a sharded run makes its own processes; call run(), not run_async()")
         wall0 = time.perf_counter()
         with quiet_gc():
-            starts = self._start_effects()
-            self._mark_start()
-            await self._serve(self.agents, starts)
-        self._wall = time.perf_counter() - wall0
+            starts = self.start_effects()
+            self.mark_start()
+            await self.serve(self.agents, starts)
+        self.wall_s = time.perf_counter() - wall0
         return self.result()
 
-    async def _serve(
+    async def serve(
         self,
         agents: list[Agent],
         starts: list[Effects | None],
@@ -218,13 +210,9 @@ class AsyncioRuntime(LiveRuntime):
         run, then end every task; raise the first error of any agent. ``settled`` is
         awaited first when the run ended without an error."""
         loop = asyncio.get_running_loop()
-        if self._mail is None:
-            self._mail = Mailboxes(self.org, self._inboxes)
+        if self.mailboxes is None:
+            self.mailboxes = Mailboxes(self.org, self.inboxes, self.router.local if self.router else None)
         self._done = loop.create_future()
-        if self.max_concurrent_llm is not None:
-            self._semaphore = asyncio.Semaphore(self.max_concurrent_llm)
-        if self.serial:
-            self._token = _Token()
         if self.timer_tick_s > 0:
             self._timers = _Timers(loop, self.timer_tick_s)
         self._active = len(agents)
@@ -232,22 +220,29 @@ class AsyncioRuntime(LiveRuntime):
         self.tasks = [create_task(agent_main(a, eff)) for a, eff in zip(agents, starts, strict=True)]
         try:
             await self._done
-            self._end = time.monotonic()
+            self.mark_end()
             if settled is not None and self.error is None:
                 await settled()
         finally:
-            self._end = self._end or time.monotonic()
+            if not self._end:
+                self.mark_end()
             await self._stop_tasks()
             close = getattr(self.llm, "aclose", None)
-            if self._async_llm and close is not None:
+            if self.async_llm and close is not None:
                 await close()
         if self.error is not None:
             raise self.error
 
+    def finish(self) -> None:
+        """End the run: every agent is Idle with an empty in-queue (everywhere)."""
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
     def _quiescent(self) -> None:
-        """Every agent is Idle with an empty in-queue: the run is over."""
-        if not self._done.done():  # type: ignore[union-attr]
-            self._done.set_result(None)  # type: ignore[union-attr]
+        if self.router is not None:
+            self.router.quiescent()
+        else:
+            self.finish()
 
     async def _stop_tasks(self) -> None:
         """End every task: Idle ones return, busy ones (after an error) are cancelled."""
@@ -267,29 +262,37 @@ class AsyncioRuntime(LiveRuntime):
             if not task.cancelled() and task.exception() is not None and self.error is None:
                 self.error = task.exception()
 
-    def _fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException) -> None:
+        """Record the run's first error and end the run."""
         if self.error is None:
             self.error = exc
-        if self._done is not None and not self._done.done():
-            self._done.set_result(None)
+        self.finish()
 
-    def _spawn(self, agent: Agent) -> None:
-        self._inboxes.append(agent.inbox)
-        self._wakers.append(None)
-        mail = self._mail
-        mail.subscribe(agent.id)  # type: ignore[union-attr]
-        mail.subscribe(self.org.parent[agent.id])  # type: ignore[union-attr]  # it may administer a new group
-        self._active += 1
-        self.tasks.append(asyncio.get_running_loop().create_task(self._agent_main(agent, None)))
+    def place(self, recruiter: Agent, agents: list[Agent]) -> None:
+        if self.router is not None:
+            self.router.admit(recruiter, "recruit")
+        mail = self.mailboxes
+        for agent in agents:
+            self.inboxes.append(agent.inbox)
+            self._wakers.append(None)
+            mail.subscribe(agent.id)  # type: ignore[union-attr]
+            mail.subscribe(self.org.parent[agent.id])  # type: ignore[union-attr]  # it may administer a new group
+            self._active += 1
+            self.tasks.append(asyncio.get_running_loop().create_task(self._agent_main(agent, None)))
+
+    def tool_lock(self, a: Agent, name: str) -> FifoGate[Agent]:
+        if self.router is not None:
+            self.router.admit(a, f"lock {name!r}")
+        return super().tool_lock(a, name)
 
     # ------------------------------------------------------------------ one agent
 
     async def _agent_main(self, a: Agent, start: Effects | None) -> None:
         """The agent's task: start effects, then a batch whenever its in-queue fills."""
         try:
-            mail = self._mail
+            mail = self.mailboxes
             if start is not None or mail.pending(a.id):  # type: ignore[union-attr]
-                await self._activate(a, start)
+                await self._drive(a, self.cycle(a, start))
             loop = asyncio.get_running_loop()
             wakers, idle = self._wakers, mail.idle  # type: ignore[union-attr]
             while True:
@@ -301,69 +304,101 @@ class AsyncioRuntime(LiveRuntime):
                     self._quiescent()
                 if await fut is _STOP:
                     return
-                await self._activate(a, None)
+                await self._drive(a, self.cycle(a, None))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            self._fail(exc)
+            self.fail(exc)
 
-    async def _activate(self, a: Agent, eff: Effects | None) -> None:
-        """From Idle through Processing and Response until Idle with an empty in-queue."""
-        token, pending = self._token, self._mail.pending  # type: ignore[union-attr]
-        while True:
-            if token is not None:
-                await token.acquire(a)
-            self._move(a, PROCESSING)
-            if eff is None:
-                eff = self._on_batch(a, self._take_batch(a))
-            wait = self._apply(a, eff)
-            while wait is not None:
-                if type(wait) is LLMRequest:
-                    eff = await self._call_llm(a, wait)
-                else:
-                    eff = await self._call_tool(a, wait)  # type: ignore[arg-type]
-                wait = self._apply(a, eff)
-            eff = None
-            self._move(a, RESPONSE)
-            if a.outbox:
-                self._deliver(a)
-            if not pending(a.id):
-                self._move(a, IDLE)
-                if token is not None:
-                    token.release(a)
-                return
-            if token is not None and token.waiting:
-                self._move(a, IDLE)
-                token.release(a)
+    async def _drive(self, a: Agent, cycle: Cycle) -> None:
+        """Run ``cycle``, awaiting each of its waits; if a wait raises (the task was
+        cancelled), the cycle is closed (releasing what it holds) and it propagates."""
+        for wait in cycle:
+            try:
+                if type(wait) is Sleep:
+                    if wait.seconds > 0:
+                        await self._sleep(wait.seconds)
+                elif type(wait) is Acquire:
+                    gate = wait.gate
+                    if not gate.try_acquire(a):
+                        fut = asyncio.get_running_loop().create_future()
+                        gate.wait(a, fut)
+                        await fut
+                elif type(wait) is Ask:
+                    wait.reply = await self.llm.acomplete(*wait.args)
+            except BaseException:
+                cycle.close()
+                raise
 
-    def _collect(self, a: Agent) -> tuple[Batch, int]:
-        packets, copy_bytes = self._mail.take(a.id)  # type: ignore[union-attr]
-        return Batch(a.id, packets), self.postman.account_batch(a.id, len(packets), copy_bytes)
+    def wake_waiter(self, waiter: Any) -> bool:
+        if waiter.done():  # its task was cancelled
+            return False
+        waiter.set_result(None)
+        return True
 
-    def _queued(self, a: Agent) -> int:
-        return len(a.inbox) if self._mail is None else self._mail.queued(a.id)
+    def _sleep(self, delay: float) -> Coroutine[Any, Any, None] | asyncio.Future[None]:
+        if self._timers is not None:
+            return self._timers.sleep(delay)
+        return asyncio.sleep(delay)
 
-    def _deliver(self, a: Agent) -> None:
+    # ------------------------------------------------------------------ messages
+
+    def take(self, a: Agent, woken: bool) -> Batch:
+        self.move(a, PROCESSING)
+        packets, copy_bytes = self.mailboxes.take(a.id)  # type: ignore[union-attr]
+        batch = Batch(a.id, packets)
+        self.account_batch(a, batch, self.postman.account_batch(a.id, len(packets), copy_bytes))
+        return batch
+
+    def respond(self, a: Agent) -> tuple[bool, Batch | None]:
+        self.move(a, RESPONSE)
+        if a.outbox:
+            self.deliver(a)
+        if not self.mailboxes.pending(a.id):  # type: ignore[union-attr]
+            self.move(a, IDLE)
+            return True, None
+        return False, None
+
+    def queued(self, a: Agent) -> int:
+        return len(a.inbox) if self.mailboxes is None else self.mailboxes.queued(a.id)
+
+    def deliver(self, a: Agent) -> None:
         """Flush the out-queue: a broadcast into its channel log(s), any other send
-        as a packet reference into each recipient's private in-queue."""
-        postman, now, sender = self.postman, self.now(), a.id
-        mail = self._mail
+        as a packet reference into each recipient's private in-queue; what is for
+        agents of other processes goes through the router."""
+        postman, now, sender, router = self.postman, self.now(), a.id, self.router
+        mail = self.mailboxes
         stamp, post, compact = postman.stamp, mail.post, mail.compact  # type: ignore[union-attr]
-        inboxes, dirty = self._inboxes, self._dirty
+        inboxes, dirty = self.inboxes, self._dirty
+        lo, hi = (router.local.start, router.local.stop) if router is not None else (0, 0)
         for send in a.outbox:
+            if router is not None:
+                postman.next_message_id = router.reserve(len(send.recipients))
             packets = stamp(sender, send, now)
             if postman.broadcast and len(packets) == 1:
                 compact(packets[0])
-                post(packets[0])
+                if not post(packets[0]) and router is not None:  # some members live in other processes
+                    router.forward(packets[0], True)
                 continue
             for packet in packets:
                 recipients = packet.recipients
+                if router is not None and not (lo <= min(recipients) and max(recipients) < hi):
+                    recipients = router.forward(packet, False)
                 _consume(map(_append, map(inboxes.__getitem__, recipients), repeat(packet)))
                 dirty.update(recipients)
         a.outbox = []
-        self._wake_soon()
+        self.wake_soon()
 
-    def _wake_soon(self) -> None:
+    def receive(self, packet: Packet, recipients: Sequence[int] | None) -> None:
+        """A packet from another process: for local ``recipients``' private in-queues,
+        or (``None``) a broadcast for this process's channel logs."""
+        if recipients is None:
+            self.mailboxes.post(packet)  # type: ignore[union-attr]
+        else:
+            _consume(map(_append, map(self.inboxes.__getitem__, recipients), repeat(packet)))
+            self._dirty.update(recipients)
+
+    def wake_soon(self) -> None:
         """Wake the Idle agents among those that received messages, at the end of
         this turn of the event loop (once however many messages they received)."""
         if not self._waking:
@@ -372,8 +407,8 @@ class AsyncioRuntime(LiveRuntime):
             asyncio.get_running_loop().call_soon(self._wake_dirty)
 
     def _wake_dirty(self) -> None:
-        wakers, inboxes, woken = self._wakers, self._inboxes, 0
-        mail = self._mail
+        wakers, inboxes, woken = self._wakers, self.inboxes, 0
+        mail = self.mailboxes
         busy = mail.busy  # type: ignore[union-attr]
         for r in self._dirty:
             fut = wakers[r]
@@ -398,49 +433,3 @@ class AsyncioRuntime(LiveRuntime):
         self._active += woken - 1
         if not self._active:
             self._quiescent()
-
-    def _sleep(self, delay: float) -> Coroutine[Any, Any, None] | asyncio.Future[None]:
-        if self._timers is not None:
-            return self._timers.sleep(delay)
-        return asyncio.sleep(delay)
-
-    async def _call_llm(self, a: Agent, request: LLMRequest) -> Effects:
-        semaphore = self._semaphore
-        if semaphore is not None:
-            await semaphore.acquire()
-        self._llm_started()
-        try:
-            if self._async_llm:
-                args = self._llm_args(a, request)
-                reply = await self.llm.acomplete(*args)
-                self._record_llm(a, reply)
-                new_tokens = args[-1]
-            else:
-                new_tokens, reply = self._issue_llm(a, request)
-                delay = reply.latency_s * self.time_scale
-                if delay > 0:
-                    await self._sleep(delay)
-        finally:
-            self._in_flight -= 1
-            if semaphore is not None:
-                semaphore.release()
-        return self._reply(a, new_tokens, reply)
-
-    async def _call_tool(self, a: Agent, call: ToolCall) -> Effects:
-        requested = self.now()
-        lock = None
-        if call.lock is not None:
-            lock = self._tool_locks.get(call.lock)
-            if lock is None:
-                lock = self._tool_locks[call.lock] = asyncio.Lock()
-            await lock.acquire()
-        try:
-            started = self.now()
-            delay = call.duration_s * self.time_scale
-            if delay > 0:
-                await self._sleep(delay)
-        finally:
-            if lock is not None:
-                lock.release()
-        self._account_tool(call, started - requested)
-        return self._tool_done(a, call, requested, started)

@@ -231,8 +231,8 @@ def gather(parts: list[list[Packet] | LogSlice]) -> list[Packet]:
     :meth:`Mailboxes.take_later`), in message-id order."""
     lists = [part if type(part) is list else _slice_packets(part) for part in parts]  # type: ignore[arg-type]
     if len(lists) < 2:
-        return lists[0] if lists else []  # type: ignore[return-value]
-    return _by_id(lists)  # type: ignore[arg-type]
+        return lists[0] if lists else []
+    return _by_id(lists)
 
 
 def _by_id(parts: list[list[Packet]]) -> list[Packet]:

@@ -1,60 +1,72 @@
-"""What the live runtimes share: agents driven by real waits instead of virtual time.
+"""The agent cycle of every live runtime, written once.
 
-A live runtime (asyncio tasks, pykka threads) runs the same behaviours, over the same
-organisations, with the same accounting as the simulation runtime, but an LLM call
-or a tool call really waits: ``latency_s * time_scale`` seconds of wall time, so a
-test can run a chat round in milliseconds and a benchmark can wait the true second.
-Times seen by behaviours, the trace and the ledger are *virtual*: elapsed wall time
-divided by ``time_scale``.
+A live runtime (asyncio tasks, pykka threads, the step-by-step debugger) runs the
+same behaviours, over the same organisations, with the same accounting as the
+simulation, but agents really wait: an LLM call or a tool call takes ``latency_s *
+time_scale`` seconds of wall time (virtual seconds on the debugger's clock). Times
+seen by behaviours, the trace and the ledger are virtual: elapsed wall time divided
+by ``time_scale``.
 
-The state machine mirrors :mod:`megaactors.runtime.sim`: the start effects of every
-agent run first; entering Processing takes the whole in-queue as one batch
-(``on_batch``); an LLM request is answered by ``on_reply`` and a tool call by
-``on_tool``, either of which may ask for another (the function-call loop, the agent
-stays Processing); with neither the agent enters Response, its out-queue is
+:meth:`LiveRuntime.cycle` is one agent's life from Idle back to Idle, as a generator
+that *yields what it waits for* and is sent the outcome:
+
+* ``Acquire(gate)`` — the serial token, an LLM slot or a tool lock (a
+  :class:`~megaactors.runtime.gates.FifoGate`); sent nothing once held;
+* ``Sleep(seconds)`` — a simulated LLM latency or tool duration;
+* ``Ask(args)`` — an LLM that answers by itself (a real endpoint); the driver puts
+  the reply in ``ask.reply``;
+* :data:`STARTS` — wait until every agent's start effects have run up to their first
+  wait (a runtime whose :meth:`LiveRuntime.all_started` can be false: threads need
+  that barrier, an event loop gets it from its order).
+
+Each runtime drives the generator its own way: asyncio ``await`` s each wait, the
+pykka runtime blocks its thread, the debugger parks the agent in virtual time. The
+state machine mirrors :mod:`megaactors.runtime.sim`: start effects first; entering
+Processing takes the whole in-queue as one batch; an LLM request is answered by
+``on_reply`` and a tool call by ``on_tool``, either of which may ask for another
+(the function-call loop); with neither the agent enters Response, its out-queue is
 delivered, and it goes back to Processing if its in-queue is not empty, else Idle.
-Serial mode passes one token around in FIFO order; ``max_concurrent_llm`` is a
-semaphore; tool locks are FIFO mutexes by name.
 
-:class:`LiveRuntime` holds everything that does not depend on how an agent waits;
-a subclass supplies the waiting (``await`` or a blocking call) and the delivery
-(an event-loop wake-up or a pykka ``tell``). The methods that touch shared state
-(postman, ledger, trace, organisation) take no lock: a threaded subclass calls them
-under its own.
+A subclass supplies how messages travel (:meth:`LiveRuntime.take`,
+:meth:`LiveRuntime.respond`) and how a waiter is woken from a gate
+(:meth:`LiveRuntime.wake_waiter`). Shared records (postman, ledger, trace,
+organisation, gates) are touched under :attr:`LiveRuntime.shared`: a threaded
+runtime makes it a lock.
 """
 
 from __future__ import annotations
 
 import inspect
+import threading
 import time
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Generator
+from contextlib import AbstractContextManager
 from typing import Any
 
-from megaactors.core.agent import Agent, AgentState
-from megaactors.core.behaviour import (
-    UNCHANGED,
-    AgentContext,
-    Behaviour,
-    BehaviourError,
-    Effects,
-    LLMRequest,
-    ToolCall,
-    ToolResult,
-)
-from megaactors.core.ledger import Ledger
+from megaactors.core.agent import IDLE, PROCESSING, Agent, Phase
+from megaactors.core.behaviour import AgentContext, Behaviour, Effects, LLMRequest, ToolCall
 from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
-from megaactors.core.trace import Trace
-from megaactors.errors import ParameterError
+from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
-from megaactors.runtime.postman import Postman
+from megaactors.runtime.interpreter import Interpreter
+from megaactors.runtime.options import DEFAULT_TIME_SCALE, RuntimeOptions
 from megaactors.runtime.result import RunResult
 
-__all__ = ["DEFAULT_TIME_SCALE", "LiveRuntime", "is_async_llm"]
-
-DEFAULT_TIME_SCALE = 0.01
-"""Wall seconds per virtual second by default: a 1 s simulated LLM call waits 10 ms."""
+__all__ = [
+    "DEFAULT_TIME_SCALE",
+    "STARTS",
+    "Aborted",
+    "Acquire",
+    "Ask",
+    "Cycle",
+    "CycleWait",
+    "LiveRuntime",
+    "Sleep",
+    "is_async_llm",
+]
 
 
 def is_async_llm(llm: Any) -> bool:
@@ -63,8 +75,60 @@ def is_async_llm(llm: Any) -> bool:
     return inspect.iscoroutinefunction(getattr(llm, "acomplete", None))
 
 
-class LiveRuntime:
-    """State, accounting and the behaviour calls common to every live runtime."""
+class Acquire:
+    """Wait until ``gate`` is held."""
+
+    __slots__ = ("gate",)
+
+    def __init__(self, gate: FifoGate[Agent]) -> None:
+        self.gate = gate
+
+
+class Sleep:
+    """Wait ``seconds`` (of wall time; virtual time on a virtual clock) for ``what``:
+    an ``llm`` call's latency or a ``tool`` call's duration."""
+
+    __slots__ = ("seconds", "what")
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self.seconds = seconds
+        self.what = what
+
+
+class Ask:
+    """Call an LLM that answers by itself with ``args`` (see
+    :meth:`~megaactors.runtime.interpreter.Interpreter.llm_args`); the driver puts
+    the answer in :attr:`reply`."""
+
+    __slots__ = ("args", "reply")
+
+    def __init__(self, args: tuple[int, int, LLMRequest, int, int]) -> None:
+        self.args = args
+        self.reply: LLMReply | None = None
+
+
+class _Starts:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "STARTS"
+
+
+STARTS = _Starts()
+"""Wait until every agent's start effects have reached their first wait."""
+
+CycleWait = Acquire | Sleep | Ask | _Starts
+"""What a cycle yields: what its agent waits for."""
+Cycle = Generator[CycleWait, Any, None]
+"""One agent from Idle (or its start) back to Idle."""
+
+
+class Aborted(Exception):
+    """Another agent failed: this one stops where it is."""
+
+
+class LiveRuntime(ABC):
+    """Options, the interpreter and the agent cycle common to every live runtime."""
 
     name = "live"
 
@@ -73,45 +137,39 @@ class LiveRuntime:
         org: Organisation,
         behaviour: Behaviour,
         llm: Any = None,
-        *,
-        seed: int = 0,
-        max_concurrent_llm: int | None = None,
-        serial: bool = False,
-        trace: bool = True,
-        tools: dict[str, Callable[[Any], Any]] | None = None,
-        time_scale: float = DEFAULT_TIME_SCALE,
+        options: RuntimeOptions | None = None,
+        **option_fields: Any,
     ) -> None:
-        if max_concurrent_llm is not None and (
-            not isinstance(max_concurrent_llm, int) or isinstance(max_concurrent_llm, bool) or max_concurrent_llm < 1
-        ):
-            raise ParameterError(f"max concurrent llm must be an integer >= 1, got {max_concurrent_llm!r}")
-        if not isinstance(time_scale, (int, float)) or not time_scale > 0 or time_scale == float("inf"):
-            raise ParameterError(f"time scale must be a finite number > 0, got {time_scale!r}")
-        self.org = org
-        self.behaviour = behaviour
-        self.llm = llm if llm is not None else SimulatedLLM(seed=seed)
-        self.seed = seed
-        self.max_concurrent_llm = max_concurrent_llm
-        self.serial = serial
-        self.time_scale = float(time_scale)
-        self.tools = tools or {}
-        init = behaviour.init
+        self.options = options = RuntimeOptions.build(options, **option_fields)
+        self.org, self.behaviour = org, behaviour
+        self.llm: Any = llm if llm is not None else SimulatedLLM(seed=options.seed)
+        self.seed, self.max_concurrent_llm, self.serial = options.seed, options.max_concurrent_llm, options.serial
+        self.time_scale = options.wall_per_virtual_s
         with paused_gc():  # millions of agents, no cycle among them
-            self.agents: list[Agent] = [Agent(a, init(a, org)) for a in range(org.n)]
-        self.ledger = Ledger(org.n)
-        self.trace: Trace | None = Trace() if trace else None
-        self.postman = Postman(org, self.ledger)
-        self._window = self.llm.tokens.memory_window
-        self._bytes_per_token = self.llm.tokens.bytes_per_token
-        self._async_llm = is_async_llm(self.llm)
-        self._recruited: dict[int, list[int]] = {}
-        self._t0 = 0.0
-        self._end = 0.0
-        self._wall = 0.0
-        self._in_flight = 0
+            self.core = Interpreter(
+                org, behaviour, self.llm, host=self, tools=dict(options.tools or {}), trace=options.trace
+            )
+        core = self.core
+        self.agents, self.ledger, self.trace, self.postman, self.tools = (
+            core.agents, core.ledger, core.trace, core.postman, core.tools,
+        )  # fmt: skip
+        self.async_llm = is_async_llm(self.llm)
+        self.asks_llm = self.async_llm
+        """Whether a call is an :class:`Ask` (the LLM answers by itself) rather than drawn
+        from the simulated model inside the cycle."""
+        cap = options.max_concurrent_llm
+        self.llm_slots: FifoGate[Agent] | None = FifoGate(cap, pool=True) if cap is not None else None
+        self.token: FifoGate[Agent] | None = FifoGate() if options.serial else None
+        self.locks: dict[str, FifoGate[Agent]] = {}
+        self.shared: AbstractContextManager[Any] = threading.Lock()
+        """Held while shared records change: a lock (in one thread, never contended,
+        and cheaper to enter than a no-op context manager written in Python)."""
         self.started = False
         self.error: BaseException | None = None
         """The first exception raised inside an agent; it ends the run."""
+        self._t0 = 0.0
+        self._end = 0.0
+        self.wall_s = 0.0
 
     # ------------------------------------------------------------------ time
 
@@ -119,177 +177,223 @@ class LiveRuntime:
         """Virtual time: wall seconds since the agents were released, / time_scale."""
         return (time.monotonic() - self._t0) / self.time_scale
 
-    def _mark_start(self) -> None:
+    def mark_start(self) -> None:
+        """The agents are released now (virtual time 0)."""
         self._t0 = time.monotonic()
 
-    # ------------------------------------------------------------------ behaviour calls
+    def mark_end(self, when: float | None = None) -> None:
+        """The last agent went Idle at ``when`` (monotonic seconds; default now)."""
+        self._end = time.monotonic() if when is None else when
 
-    def _ctx(self, a: Agent) -> AgentContext:
-        recruited = self._recruited.pop(a.id, ()) if self._recruited else ()
-        return AgentContext(a.id, self.org, self.now(), recruited)  # type: ignore[arg-type]
-
-    def _start_effects(self) -> list[Effects | None]:
+    def start_effects(self) -> list[Effects | None]:
         """Every agent's ``on_start``, in id order, at virtual time 0, before any agent runs."""
         if self.started:
             raise RuntimeError("this run has already started")
         self.started = True
-        on_start, name = self.behaviour.on_start, self.behaviour.name
-        effects: list[Effects | None] = []
-        for a in self.agents:
-            try:
-                effects.append(on_start(AgentContext(a.id, self.org, 0.0, []), a.data))
-            except Exception as exc:
-                raise BehaviourError(f"agent {a.id}: behaviour {name!r} failed in on_start: {exc!r}") from exc
-        return effects
+        return self.core.start_effects(0.0)
 
-    def _move(self, a: Agent, to: AgentState) -> None:
-        trace = self.trace
-        a.transition(to, self.now() if trace is not None else 0.0, trace)
+    def context(self, a: Agent) -> AgentContext:
+        """The context of ``a``'s next callback, now."""
+        # Interpreter.context, inlined: this runs twice per activation
+        recruited = self.core.recruited
+        return AgentContext(a.id, self.org, self.now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
 
-    def _take_batch(self, a: Agent) -> Batch:
-        """Empty the in-queue into one batch and account it."""
-        batch, nbytes = self._collect(a)
-        a.batch_tokens = -(-nbytes // self._bytes_per_token)
-        if self.trace is not None:
-            self.trace.batch(a.id, self.now(), len(batch))
-        return batch
+    # ------------------------------------------------------------------ what a subclass supplies
 
-    def _collect(self, a: Agent) -> tuple[Batch, int]:
-        """Hook: empty ``a``'s in-queue; the batch, accounted, and its size in bytes."""
-        batch = a.take_batch()
-        return batch, self.postman.take(batch)
+    @abstractmethod
+    def take(self, a: Agent, woken: bool) -> Batch:
+        """Enter Processing with everything queued for ``a`` as one batch (``woken``:
+        the agent was Idle until a message woke it), accounted by :meth:`account_batch`."""
 
-    def _queued(self, a: Agent) -> int:
-        """Hook: how many messages wait for ``a``."""
-        return len(a.inbox)
+    @abstractmethod
+    def respond(self, a: Agent) -> tuple[bool, Batch | None]:
+        """Enter Response and deliver ``a``'s out-queue; then go Idle if nothing waits
+        for ``a`` — ``(True, None)`` — or return ``(False, batch)``: still Response
+        (``batch`` None) or back in Processing with the next batch already taken."""
 
-    def _on_batch(self, a: Agent, batch: Batch) -> Effects:
-        try:
-            return self.behaviour.on_batch(self._ctx(a), a.data, batch)
-        except Exception as exc:
-            raise self._batch_error(a, batch, exc) from exc
+    @abstractmethod
+    def wake_waiter(self, waiter: Any) -> bool:
+        """Wake a waiter a gate handed over to; False if it no longer waits (its task
+        was cancelled), and the gate goes to the next in line."""
 
-    def _batch_error(self, a: Agent, batch: Batch, exc: Exception) -> BehaviourError:
-        first = batch[0] if len(batch) else None
-        return BehaviourError(
-            f"agent {a.id}: behaviour {self.behaviour.name!r} failed on a batch of {len(batch)} "
-            f"message(s) (first: {first!r}): {exc!r}"
-        )
+    def place(self, recruiter: Agent, agents: list[Agent]) -> None:
+        """Give recruited agents whatever carries them (the interpreter's host)."""
+        raise NotImplementedError(f"the {self.name} runtime cannot recruit")
 
-    def _apply(self, a: Agent, eff: Effects) -> LLMRequest | ToolCall | None:
-        """Keep the new state, queue the sends, recruit; return what to wait for next."""
-        if eff.state is not UNCHANGED:
-            a.data = eff.state
-        if eff.sends:
-            a.outbox.extend(eff.sends)
-        if eff.recruits:
-            self._recruit(a, eff.recruits)
-        if eff.llm is not None:
-            return eff.llm
-        if eff.tool is not None:
-            if eff.tool.duration_s < 0:
-                raise BehaviourError(
-                    f"agent {a.id}: tool {eff.tool.name!r} has a negative duration {eff.tool.duration_s}"
-                )
-            return eff.tool
+    def reached_first_wait(self) -> None:
+        """This agent's start effects reached their first wait or their end
+        (a runtime with a start barrier counts them)."""
         return None
 
-    def _recruit(self, a: Agent, count: int) -> None:
-        for agent in self._add_agents(a, count):
-            self._spawn(agent)
+    def all_started(self) -> bool:
+        """Whether every start effect has reached its first wait."""
+        return True
 
-    def _add_agents(self, a: Agent, count: int) -> list[Agent]:
-        """``count`` agents recruited by ``a``: in the organisation, the ledger and
-        ``ctx.recruited`` of ``a``'s next callback."""
-        init = self.behaviour.init
-        new: list[Agent] = []
+    def went_idle(self, a: Agent) -> None:
+        """``a`` is Idle and about to wait for a message."""
+        return None
+
+    def tool_lock(self, a: Agent, name: str) -> FifoGate[Agent]:
+        """The named tool lock ``a`` asks for (made on first use)."""
+        with self.shared:
+            gate = self.locks.get(name)
+            if gate is None:
+                gate = self.locks[name] = FifoGate()
+        return gate
+
+    # ------------------------------------------------------------------ shared steps
+
+    def move(self, a: Agent, to: Phase) -> None:
+        trace = self.trace
+        if trace is None:  # only the agent's own record changes
+            a.transition(to, 0.0, None)
+            return
+        with self.shared:
+            a.transition(to, self.now(), trace)
+
+    def account_batch(self, a: Agent, batch: Batch, nbytes: int) -> None:
+        """The batch's tokens (the default prompt of its LLM request) and its trace row."""
+        a.batch_tokens = -(-nbytes // self.core.bytes_per_token)
+        if self.trace is not None:
+            self.trace.batch(a.id, self.now(), len(batch))
+
+    def release(self, gate: FifoGate[Agent], a: Agent) -> None:
+        """``a`` leaves ``gate``; the first in line that still waits gets it."""
+        with self.shared:
+            nxt = gate.release(a)
+            while nxt is not None and not self.wake_waiter(nxt[1]):
+                nxt = gate.release(nxt[0])
+
+    # ------------------------------------------------------------------ the cycle
+
+    def cycle(self, a: Agent, eff: Effects | None, woken: bool = False) -> Cycle:
+        """``a`` from its start effects ``eff`` (or from Idle, ``woken`` by a message)
+        through Processing and Response until Idle with nothing queued."""
+        core, token = self.core, self.token
+        starting = eff is not None and not self.all_started()  # these are its start effects
+        batch: Batch | None = None
+        while True:
+            if token is not None:
+                yield Acquire(token)
+            if self.error is not None:  # the run is failing: stop here
+                raise Aborted
+            if eff is None:
+                if batch is None:
+                    if starting:
+                        self.reached_first_wait()
+                        starting = False
+                    if not self.all_started():
+                        yield STARTS
+                        if self.error is not None:  # the run is failing: stop here
+                            raise Aborted
+                    batch = self.take(a, woken)
+                    woken = False
+                eff = core.batch_effects(a, batch, self.context(a))
+                batch = None
+            else:
+                self.move(a, PROCESSING)
+            wait = core.apply(a, eff)
+            while wait is not None:
+                if starting:
+                    self.reached_first_wait()
+                    starting = False
+                if type(wait) is LLMRequest:
+                    eff = yield from self.llm_call(a, wait)
+                else:
+                    eff = yield from self.tool_call(a, wait)  # type: ignore[arg-type]
+                wait = core.apply(a, eff)
+            eff = None
+            idle, batch = self.respond(a)
+            if idle:
+                if starting:
+                    self.reached_first_wait()
+                if token is not None:
+                    self.release(token, a)
+                self.went_idle(a)
+                return
+            if token is not None and token.waiting:
+                self.move(a, IDLE)
+                self.release(token, a)
+
+    def llm_call(self, a: Agent, request: LLMRequest) -> Generator[Any, Any, Effects]:
+        """One LLM call: a slot (``max_concurrent_llm``), the call, its latency; then
+        ``on_reply``."""
+        core, slots, shared = self.core, self.llm_slots, self.shared
+        held = False
         try:
-            for _ in range(count):
-                rid = self.org.recruit(a.id)
-                agent = Agent(rid, init(rid, self.org))
-                self.agents.append(agent)
-                new.append(agent)
+            if slots is not None:
+                yield Acquire(slots)
+                held = True
+                if self.error is not None:  # the run is failing: stop here
+                    raise Aborted
+            if self.asks_llm:
+                args = core.llm_args(a, request)
+                with shared:
+                    core.llm_started()
+                ask = Ask(args)
+                try:
+                    yield ask
+                except BaseException:
+                    with shared:
+                        core.in_flight -= 1
+                    raise
+                assert ask.reply is not None, "the driver puts the reply in the Ask"
+                reply, new_tokens, counted = ask.reply, args[4], True
+            else:  # a pure function of the agent's record: drawn without the lock
+                new_tokens, reply = core.draw_llm(a, request)
+                counted = False
+            delay = 0.0 if self.async_llm else reply.latency_s * self.time_scale
+            with shared:
+                if not counted:
+                    core.llm_started()
+                core.record_llm(a, reply)
+                if delay <= 0:  # nothing to wait for: the call is over at once
+                    core.in_flight -= 1
+            if delay > 0:
+                try:
+                    yield Sleep(delay, "llm")
+                finally:
+                    with shared:
+                        core.in_flight -= 1
         finally:
-            self.ledger.grow(self.org.n)
-            self._recruited.setdefault(a.id, []).extend(r.id for r in new)
-        return new
+            if held:
+                self.release(slots, a)  # type: ignore[arg-type]
+        if self.error is not None:
+            raise Aborted
+        return core.reply_effects(a, new_tokens, reply, self.context(a))
 
-    def _spawn(self, agent: Agent) -> None:
-        """Hook: give a recruited agent whatever carries it (a task, a thread)."""
-        raise NotImplementedError
-
-    def _llm_args(self, a: Agent, request: LLMRequest) -> tuple[int, int, LLMRequest, int, int]:
-        """Arguments of ``llm.complete`` or ``llm.acomplete`` for ``a``'s next call."""
-        new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
-        return a.id, a.calls, request, sum(a.memory), new_tokens
-
-    def _draw_llm(self, a: Agent, request: LLMRequest) -> tuple[int, LLMReply]:
-        """A simulated call's new tokens and reply, not yet accounted: a pure function
-        of the agent's record (no lock needed)."""
-        args = self._llm_args(a, request)
-        return args[-1], self.llm.complete(*args)
-
-    def _record_llm(self, a: Agent, reply: LLMReply) -> None:
-        """Account a call of ``a`` that was made (its next call gets the next index)."""
-        a.calls += 1
-        self.ledger.record_llm(a.id, reply)
-
-    def _issue_llm(self, a: Agent, request: LLMRequest) -> tuple[int, LLMReply]:
-        """A simulated call, accounted: its reply (due after ``reply.latency_s``)."""
-        new_tokens, reply = self._draw_llm(a, request)
-        self._record_llm(a, reply)
-        return new_tokens, reply
-
-    def _llm_started(self) -> None:
-        self._in_flight += 1
-        if self._in_flight > self.ledger.peak_llm_in_flight:
-            self.ledger.peak_llm_in_flight = self._in_flight
-
-    def _reply(self, a: Agent, new_tokens: int, reply: LLMReply) -> Effects:
-        a.remember_call(new_tokens, reply.tokens_out, self._window)
+    def tool_call(self, a: Agent, call: ToolCall) -> Generator[Any, Any, Effects]:
+        """One tool call: its lock (if named), its duration; then ``on_tool``."""
+        requested = self.now()
+        gate = self.tool_lock(a, call.lock) if call.lock is not None else None
+        held = False
         try:
-            return self.behaviour.on_reply(self._ctx(a), a.data, reply)
-        except Exception as exc:
-            raise BehaviourError(
-                f"agent {a.id}: behaviour {self.behaviour.name!r} failed on LLM reply {reply.call_index}: {exc!r}"
-            ) from exc
-
-    def _account_tool(self, call: ToolCall, waited: float) -> None:
-        ledger = self.ledger
-        ledger.tool_calls += 1
-        ledger.tool_time_s += call.duration_s
-        ledger.lock_wait_s += waited
-
-    def _tool_done(self, a: Agent, call: ToolCall, requested: float, started: float) -> Effects:
-        """Run the tool function and hand its result to ``on_tool`` (accounted already)."""
-        finished = self.now()
-        waited = started - requested
-        tool = self.tools.get(call.name)
-        try:
-            value = tool(call.args) if tool is not None else None
-            result = ToolResult(call.name, value, started, finished, waited, call.stage)
-            return self.behaviour.on_tool(self._ctx(a), a.data, result)  # type: ignore[attr-defined]
-        except Exception as exc:
-            raise BehaviourError(
-                f"agent {a.id}: behaviour {self.behaviour.name!r} failed on tool {call.name!r}: {exc!r}"
-            ) from exc
+            if gate is not None:
+                yield Acquire(gate)
+                held = True
+                if self.error is not None:  # the run is failing: stop here
+                    raise Aborted
+            started = self.now()
+            yield Sleep(call.duration_s * self.time_scale, "tool")  # a driver does not wait for 0
+        finally:
+            if held:
+                self.release(gate, a)  # type: ignore[arg-type]
+        with self.shared:
+            self.core.account_tool(call, started - requested)
+        if self.error is not None:
+            raise Aborted
+        return self.core.tool_effects(a, call, requested, started, self.context(a))
 
     # ------------------------------------------------------------------ result
+
+    def queued(self, a: Agent) -> int:
+        """How many messages wait for ``a``."""
+        return len(a.inbox)
 
     def result(self) -> RunResult:
         """Ledger, trace and states as they stand. ``virtual_time_s`` is the wall time
         from releasing the agents to the last agent going Idle, divided by the time
         scale; ``wall_s`` is the whole of ``run()`` (setting up and tearing down
         included)."""
-        ledger = self.ledger
-        leftover = max(map(self._queued, self.agents), default=0)
-        ledger.peak_queue_depth = max(ledger.peak_queue_depth, leftover)
-        ledger.virtual_time_s = max(0.0, self._end - self._t0) / self.time_scale
-        ledger.wall_s = self._wall
-        return RunResult(
-            runtime=self.name,
-            org=self.org,
-            ledger=ledger,
-            trace=self.trace,
-            states=[a.data for a in self.agents],
-        )
+        virtual = max(0.0, self._end - self._t0) / self.time_scale
+        return self.core.result(self.name, virtual, self.wall_s, map(self.queued, self.agents))

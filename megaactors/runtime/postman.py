@@ -10,7 +10,7 @@ business. The postman is not thread-safe: a threaded runtime calls it under a lo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 
 from megaactors.core.behaviour import Send
@@ -128,6 +128,9 @@ class Postman:
         self.broadcast = False
         """Whether the last send stamped went to every peer of its sender on its
         channel (:func:`is_broadcast`)."""
+        self.on_stamp: Callable[[list[Packet], bool], None] | None = None
+        """Called with the packets of every send stamped and :attr:`broadcast`
+        (a durable run records new packets through it)."""
         self._sizes = b""
         self._group_sizes: dict[int, tuple[int, int]] = {}
         self._admin_sizes = (0, 0)
@@ -218,6 +221,8 @@ class Postman:
         ledger.bytes_by_channel[channel] += nbytes
         self._sent[sender] += count
         self._bytes_sent[sender] += nbytes
+        if self.on_stamp is not None:
+            self.on_stamp(packets, self.broadcast)
         return packets
 
     def take(self, batch: Batch) -> int:

@@ -1,15 +1,25 @@
 """Deterministic discrete-event simulation runtime (the default).
 
-Virtual time only: an LLM call takes the latency its seeded model draws, message
-delivery is instantaneous, and nothing reads the wall clock except the final
-``wall_s`` figure. Events are LLM completions and finished tool calls, taken in
-``(time, sequence number)`` order from an :class:`~megaactors.runtime.events.EventQueue`;
-agents woken by a delivery at the current instant wait
-in a FIFO. The same seed therefore gives the same results, byte for byte.
+Virtual time only: an LLM call takes the latency its seeded model draws, delivery is
+instantaneous, and nothing reads the wall clock but ``wall_s``. Events (LLM replies,
+finished tool calls) are taken in ``(time, sequence number)`` order from an
+:class:`~megaactors.runtime.events.EventQueue`; agents woken at the current instant
+wait in a FIFO. The same seed gives the same results, byte for byte.
 
-Options: ``max_concurrent_llm`` caps calls in flight (an API rate limit; extra calls
-wait in FIFO order) and ``serial`` lets only one agent be Processing at a time
-(MegaAgent's "w/o parallelism" ablation).
+What effects mean (behaviour calls and their errors, applying effects, recruiting,
+LLM and tool accounting, the memory window, the result) is the
+:class:`~megaactors.runtime.interpreter.Interpreter`'s; this module decides when
+things happen. The serial token, tool locks and LLM slots are
+:class:`~megaactors.runtime.gates.FifoGate` s whose waiters go back to the ready
+queue. In-queues are :attr:`SimRuntime.mail`: a broadcast to a group or to the
+admins is one entry in that channel's shared log, a batch from the logs is counted
+and sized without listing its packets. Between two events the whole state is a
+:class:`~megaactors.runtime.sim_state.SimState` (:meth:`SimRuntime.snapshot`,
+:meth:`SimRuntime.restore`).
+
+The event loop (:meth:`SimRuntime.advance`) and delivery (:meth:`SimRuntime._deliver`)
+are written out by hand (they run once per event and per message); the inlined
+steps say what they mirror.
 """
 
 from __future__ import annotations
@@ -22,48 +32,31 @@ from itertools import repeat
 from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
-from megaactors.core.behaviour import (
-    NOTHING,
-    UNCHANGED,
-    AgentContext,
-    Behaviour,
-    BehaviourError,
-    Effects,
-    LLMRequest,
-    ToolCall,
-    ToolResult,
-)
-from megaactors.core.ledger import Ledger
+from megaactors.core.behaviour import NOTHING, AgentContext, Behaviour, Effects, LLMRequest, ToolCall
 from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
-from megaactors.core.trace import Trace
 from megaactors.runtime.events import EventQueue
+from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
+from megaactors.runtime.interpreter import Interpreter
 from megaactors.runtime.mailboxes import Mailboxes, gather
+from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
+from megaactors.runtime.sim_state import START, SimObserver, SimState, ToolInFlight
 
 __all__ = ["SimRuntime"]
 
-_consume = deque(maxlen=0).extend  # runs an iterator to its end at C speed
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
 _append = list.append
-_START = object()  # marks an agent whose start effects wait for the serial token
-
-
-class _ToolInFlight:
-    """A tool call waiting for its lock or running."""
-
-    __slots__ = ("call", "requested", "started")
-
-    def __init__(self, call: ToolCall, requested: float) -> None:
-        self.call = call
-        self.requested = requested
-        self.started = requested
 
 
 class SimRuntime:
-    """Runs a behaviour over an organisation in virtual time."""
+    """Runs a behaviour over an organisation in virtual time.
+
+    ``observer`` watches the run change between snapshots (see
+    :class:`~megaactors.runtime.sim_state.SimObserver`)."""
 
     name = "sim"
 
@@ -71,61 +64,65 @@ class SimRuntime:
         self,
         org: Organisation,
         behaviour: Behaviour,
-        llm: SimulatedLLM | None = None,
+        llm: Any = None,
+        options: RuntimeOptions | None = None,
         *,
-        seed: int = 0,
-        max_concurrent_llm: int | None = None,
-        serial: bool = False,
-        trace: bool = True,
-        tools: dict[str, Callable[[Any], Any]] | None = None,
+        observer: SimObserver | None = None,
+        **option_fields: Any,
     ) -> None:
-        if max_concurrent_llm is not None and max_concurrent_llm < 1:
-            raise ValueError(f"max_concurrent_llm must be >= 1, got {max_concurrent_llm}")
-        self.org = org
-        self.behaviour = behaviour
-        self.llm = llm if llm is not None else SimulatedLLM(seed=seed)
-        self.seed = seed
-        self.max_concurrent_llm = max_concurrent_llm
-        self.serial = serial
-        init = behaviour.init
-        self.agents: list[Agent] = [Agent(a, init(a, org)) for a in range(org.n)]
-        self._inboxes = [a.inbox for a in self.agents]
+        self.options = options = RuntimeOptions.build(options, **option_fields)
+        llm = llm if llm is not None else SimulatedLLM(seed=options.seed)
+        self.core = Interpreter(
+            org, behaviour, llm, host=self, tools=dict(options.tools or {}), trace=options.trace, observer=observer
+        )
+        self.org, self.behaviour, self.llm, self.tools = org, behaviour, llm, self.core.tools
+        self.seed, self.max_concurrent_llm, self.serial = options.seed, options.max_concurrent_llm, options.serial
+        self.observer = observer
+        if observer is not None:
+            self.core.postman.on_stamp = observer.stamped
+        self._bind()
+        self._open_mail()
         self._awake = bytearray(org.n)
         """1 while an agent is busy or queued to run: a delivery need not wake it."""
-        self.mail = Mailboxes(org, self._inboxes, lazy=True)
-        """The in-queues: a broadcast is one entry in its channel's shared log, any
-        other send a packet reference in each recipient's ``inbox`` (their state:
-        ``mail.head``, ``mail.live``, ``mail.refill``)."""
-        self._reads = self.mail.reads
-        self.ledger = Ledger(org.n)
-        self.trace: Trace | None = Trace() if trace else None
         self.now = 0.0
-        median = getattr(getattr(self.llm, "latency", None), "median_s", 0.0) or 1.0
+        median = getattr(getattr(llm, "latency", None), "median_s", 0.0) or 1.0
         self._events_width = median / 16
         self._events = EventQueue(self._events_width)
         """Pending events: LLM replies and finished tool calls (a calendar of time buckets
         1/16 of the median LLM latency wide)."""
         self._seq = 0
         self._ready: deque[int] = deque()
-        self._in_flight = 0
-        self._llm_waiting: deque[Agent] = deque()
-        self._holder: Agent | None = None
-        self._serial_waiting: deque[Agent] = deque()
+        cap = options.max_concurrent_llm
+        self._llm_slots: FifoGate[Agent] | None = FifoGate(cap, pool=True) if cap is not None else None
+        self._token: FifoGate[Agent] | None = FifoGate() if options.serial else None
+        self._locks: dict[str, FifoGate[Agent]] = {}
         self._start_effects: dict[int, Effects] = {}
-        self._recruited: dict[int, list[int]] = {}
-        self._window = self.llm.tokens.memory_window
-        self._bytes_per_token = self.llm.tokens.bytes_per_token
-        self.postman = Postman(org, self.ledger)
-        self.tools = tools or {}
-        self._locks: dict[str, Agent] = {}
-        self._lock_waiting: dict[str, deque[Agent]] = {}
+        self._window = self.core.window
+        self._bytes_per_token = self.core.bytes_per_token
         self.started = False
-        self.steps = 0
+        self.events_run = 0
         """Events run so far (0 right after the start cascade)."""
-        self._event_log: list[int] | None = None
-        """When a list, the agent of every event run is appended to it (a durable run
-        learns from it which agents changed)."""
-        self._wall = 0.0
+        self.wall_s = 0.0
+        """Wall time :meth:`run` has taken so far."""
+
+    def _bind(self) -> None:
+        """Short names for the interpreter's records (the hot path reads them)."""
+        core = self.core
+        self.agents, self.ledger, self.trace, self.postman = core.agents, core.ledger, core.trace, core.postman
+        self._apply_effects, self._issue_llm = core.apply, core.issue_llm
+        self._recruited = core.recruited
+
+    def _open_mail(self) -> None:
+        """In-queues for the agents as they are (empty channel logs)."""
+        self._inboxes = [a.inbox for a in self.agents]
+        self.mail = Mailboxes(self.org, self._inboxes, lazy=True)
+        """The in-queues (``mail.head``, ``mail.live``, ``mail.refill`` describe them)."""
+        self._reads = self.mail.reads
+
+    @property
+    def steps(self) -> int:
+        """Former name of :attr:`events_run`."""
+        return self.events_run
 
     # ------------------------------------------------------------------ driving
 
@@ -136,7 +133,7 @@ class SimRuntime:
             if not self.started:
                 self.start()
             self.advance(math.inf)
-            self._wall += time.perf_counter() - wall0
+            self.wall_s += time.perf_counter() - wall0
         return self.result()
 
     def start(self) -> None:
@@ -144,7 +141,12 @@ class SimRuntime:
         if self.started:
             raise RuntimeError("this run has already started")
         self.started = True
-        self._start()
+        for a, eff in zip(self.agents, self.core.start_effects(self.now), strict=True):
+            if eff is not None:
+                self._start_effects[a.id] = eff
+                a.pending = START
+                self._awake[a.id] = 1
+                self._ready.append(a.id)
         self._drain()
 
     def step(self) -> bool:
@@ -157,11 +159,11 @@ class SimRuntime:
             return False
         t, _, aid = self._events.pop()
         self.now = t
-        if self._event_log is not None:
-            self._event_log.append(aid)
+        if self.observer is not None:
+            self.observer.events.append(aid)
         self._complete(self.agents[aid])
         self._drain()
-        self.steps += 1
+        self.events_run += 1
         return True
 
     def advance(self, until: float) -> int:
@@ -169,7 +171,7 @@ class SimRuntime:
         cause, and events they schedule before ``until``); return how many ran."""
         # step(), inlined: this is the main loop of a run
         events, agents, complete, ready, wake = self._events, self.agents, self._complete, self._ready, self._wake
-        log = self._event_log
+        log = self.observer.events if self.observer is not None else None
         ran = 0
         while True:
             # EventQueue.pop, inlined: read the current bucket in place
@@ -188,7 +190,7 @@ class SimRuntime:
             complete(agents[aid])
             while ready:
                 wake(agents[ready.popleft()])
-            self.steps += 1
+            self.events_run += 1
             ran += 1
         return ran
 
@@ -205,40 +207,19 @@ class SimRuntime:
 
     def result(self) -> RunResult:
         """Ledger, trace and states as they stand."""
-        ledger = self.ledger
-        leftover = max(map(self.queued, range(len(self.agents))), default=0)
-        ledger.peak_queue_depth = max(ledger.peak_queue_depth, leftover)
-        ledger.virtual_time_s = self.now
-        ledger.wall_s = self._wall
-        return RunResult(
-            runtime=self.name,
-            org=self.org,
-            ledger=ledger,
-            trace=self.trace,
-            states=[a.data for a in self.agents],
-        )
+        return self.core.result(self.name, self.now, self.wall_s, map(self.queued, range(len(self.agents))))
 
     def queued(self, agent: int) -> int:
         """How many messages wait for ``agent``."""
         return self.mail.queued(agent)
 
-    def _ctx(self, a: Agent) -> AgentContext:
-        return AgentContext(a.id, self.org, self.now, self._recruited.pop(a.id, ()) if self._recruited else ())
-
-    def _start(self) -> None:
-        on_start = self.behaviour.on_start
-        for a in self.agents:
-            try:
-                eff = on_start(self._ctx(a), a.data)
-            except Exception as exc:
-                raise BehaviourError(
-                    f"agent {a.id}: behaviour {self.behaviour.name!r} failed in on_start: {exc!r}"
-                ) from exc
-            if eff is not None:
-                self._start_effects[a.id] = eff
-                a.pending = _START
-                self._awake[a.id] = 1
-                self._ready.append(a.id)
+    def place(self, recruiter: Agent, agents: list[Agent]) -> None:
+        """Recruited agents start Idle with an empty in-queue (the interpreter's host)."""
+        for agent in agents:
+            self._inboxes.append(agent.inbox)
+            self._awake.append(0)
+            self.mail.subscribe(agent.id)
+        self.mail.subscribe(recruiter.id)  # it may administer a new group
 
     def _drain(self) -> None:
         ready, agents, wake = self._ready, self.agents, self._wake
@@ -249,12 +230,10 @@ class SimRuntime:
         if a.pending is None and not self.mail.pending(a.id):
             self._awake[a.id] = 0
             return
-        if self.serial:
-            if self._holder is None:
-                self._holder = a
-            elif self._holder is not a:
-                self._serial_waiting.append(a)
-                return
+        token = self._token
+        if token is not None and not token.try_acquire(a):
+            token.wait(a)
+            return
         self._process(a)
 
     # ------------------------------------------------------------------ the state machine
@@ -266,11 +245,11 @@ class SimRuntime:
         same instant; when it names no recruits it is handed on unchanged, as a fresh
         one would be equal to it (this saves one object per activation)."""
         now, trace = self.now, self.trace
-        if trace is None and a.state is not PROCESSING:  # Agent.transition, inlined (see _respond)
-            a.state = PROCESSING
+        if trace is None and a.phase is not PROCESSING:  # Agent.transition, inlined (see _respond)
+            a.phase = PROCESSING
         else:
             a.transition(PROCESSING, now, trace)
-        if a.pending is _START:
+        if a.pending is START:
             a.pending = None
             self._apply(a, self._start_effects.pop(a.id))
             return
@@ -287,59 +266,31 @@ class SimRuntime:
         if trace is not None:
             trace.batch(a.id, now, len(batch))
         if ctx is None or ctx.recruited or self._recruited:
-            ctx = self._ctx(a)
-        try:
+            ctx = self.core.context(a, now)
+        try:  # Interpreter.batch_effects, inlined: this runs once per batch
             eff = self.behaviour.on_batch(ctx, a.data, batch)
         except Exception as exc:
-            first = batch[0] if batch else None
-            raise BehaviourError(
-                f"agent {a.id}: behaviour {self.behaviour.name!r} failed on a batch of {len(batch)} "
-                f"message(s) (first: {first!r}): {exc!r}"
-            ) from exc
+            raise self.core.batch_error(a, batch, exc) from exc
         self._apply(a, eff, ctx)
 
     def _apply(self, a: Agent, eff: Effects, ctx: AgentContext | None = None) -> None:
-        if eff.state is not UNCHANGED:
-            a.data = eff.state
-        if eff.sends:
-            a.outbox.extend(eff.sends)
-        if eff.recruits:
-            self._recruit(a, eff.recruits)
-        if eff.llm is not None:
-            self._call_llm(a, eff.llm)
-        elif eff.tool is not None:
-            self._call_tool(a, eff.tool)
-        else:
+        wait = self._apply_effects(a, eff)
+        if wait is None:
             self._respond(a, ctx)
+        elif type(wait) is LLMRequest:
+            self._call_llm(a, wait)
+        else:
+            self._call_tool(a, wait)  # type: ignore[arg-type]
 
-    def _recruit(self, a: Agent, count: int) -> None:
-        init = self.behaviour.init
-        new = []
-        for _ in range(count):
-            rid = self.org.recruit(a.id)
-            agent = Agent(rid, init(rid, self.org))
-            self.agents.append(agent)
-            self._inboxes.append(agent.inbox)
-            self._awake.append(0)
-            self.mail.subscribe(rid)
-            new.append(rid)
-        self.mail.subscribe(a.id)  # it may administer a new group
-        self.ledger.grow(self.org.n)
-        self._recruited.setdefault(a.id, []).extend(new)
-
-    def _call_llm(self, a: Agent, request: LLMRequest) -> None:
-        cap = self.max_concurrent_llm
-        if cap is not None and self._in_flight >= cap:
+    def _call_llm(self, a: Agent, request: LLMRequest, admitted: bool = False) -> None:
+        """Issue ``a``'s call (``admitted``: it holds an LLM slot already) or queue it
+        for a slot."""
+        slots = self._llm_slots
+        if slots is not None and not admitted and not slots.try_acquire(a):
             a.pending = request
-            self._llm_waiting.append(a)
+            slots.wait(a)
             return
-        self._in_flight += 1
-        if self._in_flight > self.ledger.peak_llm_in_flight:
-            self.ledger.peak_llm_in_flight = self._in_flight
-        new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
-        reply = self.llm.complete(a.id, a.calls, request, sum(a.memory), new_tokens)
-        a.calls += 1
-        self.ledger.record_llm(a.id, reply)
+        new_tokens, reply = self._issue_llm(a, request)
         self._seq += 1
         event = (self.now + reply.latency_s, self._seq, a.id)
         a.pending = (new_tokens, reply, event)
@@ -349,89 +300,77 @@ class SimRuntime:
         """An LLM call or a tool call of ``a`` finished now."""
         pending = a.pending
         a.pending = None
-        if type(pending) is _ToolInFlight:
+        if type(pending) is ToolInFlight:
             self._tool_done(a, pending)
             return
-        self._in_flight -= 1
+        core = self.core
+        core.in_flight -= 1
         new_tokens, reply, _ = pending
-        if self._llm_waiting:
-            nxt = self._llm_waiting.popleft()
-            self._call_llm(nxt, nxt.pending)
-        # Agent.remember_call, inlined: this runs once per LLM call
+        slots = self._llm_slots
+        if slots is not None:
+            nxt = slots.release(a)
+            if nxt is not None:
+                self._call_llm(nxt[0], nxt[0].pending, admitted=True)
+        # Interpreter.reply_effects (and .context), inlined: this runs once per LLM call
         memory = a.memory
         if new_tokens:
             memory.append(new_tokens)
         memory.append(reply.tokens_out)
         if len(memory) > self._window:
             del memory[: len(memory) - self._window]
-        ctx = AgentContext(a.id, self.org, self.now, self._recruited.pop(a.id, ()) if self._recruited else ())
+        recruited = self._recruited
+        ctx = AgentContext(a.id, self.org, self.now, recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
         try:
             eff = self.behaviour.on_reply(ctx, a.data, reply)
         except Exception as exc:
-            raise BehaviourError(
-                f"agent {a.id}: behaviour {self.behaviour.name!r} failed on LLM reply {reply.call_index}: {exc!r}"
-            ) from exc
+            raise core.reply_error(a, reply, exc) from exc
         if eff is NOTHING:  # the usual end of a function-call loop: straight to Response
             self._respond(a, ctx)
         else:
             self._apply(a, eff, ctx)
 
     def _call_tool(self, a: Agent, call: ToolCall) -> None:
-        if call.duration_s < 0:
-            raise BehaviourError(f"agent {a.id}: tool {call.name!r} has a negative duration {call.duration_s}")
-        if call.lock is not None and call.lock in self._locks:
-            a.pending = _ToolInFlight(call, self.now)
-            self._lock_waiting.setdefault(call.lock, deque()).append(a)
-            return
-        self._run_tool(a, _ToolInFlight(call, self.now))
-
-    def _run_tool(self, a: Agent, flight: _ToolInFlight) -> None:
-        call = flight.call
+        flight = ToolInFlight(call, self.now)
         if call.lock is not None:
-            self._locks[call.lock] = a
+            gate = self._locks.get(call.lock)
+            if gate is None:
+                gate = self._locks[call.lock] = FifoGate()
+            if not gate.try_acquire(a):
+                a.pending = flight
+                gate.wait(a)
+                if self.observer is not None:
+                    self.observer.touched(a.id)
+                return
+        self._run_tool(a, flight)
+
+    def _run_tool(self, a: Agent, flight: ToolInFlight) -> None:
         flight.started = self.now
         a.pending = flight
         self._seq += 1
-        self._events.push((self.now + call.duration_s, self._seq, a.id))
+        self._events.push((self.now + flight.call.duration_s, self._seq, a.id))
+        if self.observer is not None:
+            self.observer.touched(a.id)
 
-    def _tool_done(self, a: Agent, flight: _ToolInFlight) -> None:
-        call = flight.call
+    def _tool_done(self, a: Agent, flight: ToolInFlight) -> None:
+        call, core = flight.call, self.core
         if call.lock is not None:
-            del self._locks[call.lock]
-            waiting = self._lock_waiting.get(call.lock)
-            if waiting:
-                nxt = waiting.popleft()
-                self._run_tool(nxt, nxt.pending)
-        ledger = self.ledger
-        waited = flight.started - flight.requested
-        ledger.tool_calls += 1
-        ledger.tool_time_s += call.duration_s
-        ledger.lock_wait_s += waited
-        try:
-            value = self._invoke_tool(a, call)
-            result = ToolResult(call.name, value, flight.started, self.now, waited, call.stage)
-            eff = self.behaviour.on_tool(self._ctx(a), a.data, result)  # type: ignore[attr-defined]
-        except Exception as exc:
-            raise BehaviourError(
-                f"agent {a.id}: behaviour {self.behaviour.name!r} failed on tool {call.name!r}: {exc!r}"
-            ) from exc
-        self._apply(a, eff)
-
-    def _invoke_tool(self, a: Agent, call: ToolCall) -> Any:
-        """Run the tool function of a finished call (None when no function is registered)."""
-        tool = self.tools.get(call.name)
-        return tool(call.args) if tool is not None else None
+            nxt = self._locks[call.lock].release(a)
+            if nxt is not None:
+                self._run_tool(nxt[0], nxt[0].pending)
+        core.account_tool(call, flight.started - flight.requested)
+        self._apply(a, core.tool_effects(a, call, flight.requested, flight.started, core.context(a, self.now)))
 
     def _respond(self, a: Agent, ctx: AgentContext | None = None) -> None:
         now, trace = self.now, self.trace
         # Agent.transition, inlined when there is no trace to write and the move is
         # the legal one; any other case goes through the checked method
-        if trace is None and a.state is PROCESSING:
-            a.state = RESPONSE
+        if trace is None and a.phase is PROCESSING:
+            a.phase = RESPONSE
         else:
             a.transition(RESPONSE, now, trace)
         if a.outbox:
             self._deliver(a)
+        token = self._token
         if not a.inbox:
             aid = a.id
             for log in self._reads[aid]:  # Mailboxes.pending, inlined: anything unread?
@@ -439,27 +378,24 @@ class SimRuntime:
                     break
             else:
                 if trace is None:
-                    a.state = IDLE  # from RESPONSE, set just above: legal
+                    a.phase = IDLE  # from RESPONSE, set just above: legal
                 else:
                     a.transition(IDLE, now, trace)
                 self._awake[aid] = 0
-                if self.serial:
-                    self._release(a)
+                if token is not None:
+                    self._release_token(a)
                 return
-        if self.serial and self._serial_waiting:
+        if token is not None and token.waiting:
             a.transition(IDLE, now, trace)
-            self._serial_waiting.append(a)
-            self._release(a)
+            token.wait(a)
+            self._release_token(a)
             return
         self._process(a, ctx)
 
-    def _release(self, a: Agent) -> None:
-        if self._holder is a:
-            self._holder = None
-            if self._serial_waiting:
-                nxt = self._serial_waiting.popleft()
-                self._holder = nxt
-                self._ready.append(nxt.id)
+    def _release_token(self, a: Agent) -> None:
+        nxt = self._token.release(a)  # type: ignore[union-attr]
+        if nxt is not None:
+            self._ready.append(nxt[0].id)
 
     # ------------------------------------------------------------------ delivery (the hot loop)
 
@@ -491,3 +427,74 @@ class SimRuntime:
             if not awake[r]:
                 awake[r] = 1
                 ready_append(r)
+
+    # ------------------------------------------------------------------ the state between events
+
+    def snapshot(self) -> SimState:
+        """The whole state between two events (sharing this runtime's containers)."""
+        core, slots, token = self.core, self._llm_slots, self._token
+        return SimState(
+            now=self.now,
+            seq=self._seq,
+            events_run=self.events_run,
+            started=self.started,
+            agents=core.agents,
+            mail=self.mail,
+            awake=self._awake,
+            events=self._events.events(),
+            in_flight=core.in_flight,
+            llm_waiting=[a.id for a in slots.waiters()] if slots is not None else [],
+            serial_holder=token.holder.id if token is not None and token.holder is not None else None,
+            serial_waiting=[a.id for a in token.waiters()] if token is not None else [],
+            lock_holders={name: gate.holder.id for name, gate in self._locks.items() if gate.holder is not None},
+            lock_waiting={name: [a.id for a in gate.waiters()] for name, gate in self._locks.items() if gate.waiting},
+            start_effects=self._start_effects,
+            recruited=core.recruited,
+            recruiters=core.recruiters,
+            tool_invocations=core.tool_invocations,
+            next_message_id=core.postman.next_message_id,
+            ledger=core.ledger,
+            trace=core.trace,
+            wall_s=self.wall_s,
+        )
+
+    def restore(self, state: SimState) -> None:
+        """Continue from ``state`` (taken from a run of this organisation, behaviour,
+        LLM and options, or built to match one): this runtime adopts its containers."""
+        core, agents = self.core, state.agents
+        queues = None
+        if agents is not core.agents or state.mail is not self.mail:  # another runtime's: copy its in-queues
+            live = state.mail.live()
+            queues = [live[i] for i in sorted(live)], [state.mail.head(i) for i in range(len(agents))]
+        if agents is not core.agents:
+            core.agents[:] = agents
+        if state.ledger is not core.ledger:
+            core.ledger = state.ledger
+            hook, core.postman = core.postman.on_stamp, Postman(self.org, state.ledger)
+            core.postman.on_stamp = hook
+        core.trace = state.trace
+        core.postman.next_message_id = state.next_message_id
+        core.recruited, core.recruiters = state.recruited, state.recruiters
+        core.in_flight, core.tool_invocations = state.in_flight, state.tool_invocations
+        self._bind()
+        if queues is not None:
+            self._open_mail()
+            self.mail.refill(*queues)
+        self._awake = state.awake
+        self.now, self._seq, self.events_run, self.started = state.now, state.seq, state.events_run, state.started
+        self.wall_s = state.wall_s
+        self._events = EventQueue(self._events_width, state.events)
+        self._ready.clear()
+        self._start_effects = state.start_effects
+        at = agents.__getitem__
+        if self._llm_slots is not None:
+            slots = self._llm_slots.capacity
+            self._llm_slots = FifoGate.restored(None, map(at, state.llm_waiting), capacity=slots, held=state.in_flight)
+        if self._token is not None:
+            holder = None if state.serial_holder is None else at(state.serial_holder)
+            self._token = FifoGate.restored(holder, map(at, state.serial_waiting))
+        holders, waiting = state.lock_holders, state.lock_waiting
+        self._locks = {
+            name: FifoGate.restored(at(holders[name]) if name in holders else None, map(at, waiting.get(name, [])))
+            for name in [*holders, *(name for name in waiting if name not in holders)]
+        }

@@ -29,13 +29,29 @@ sibling: workers on the intra-group channel, admins with another admin on the ad
 channel (inter-group chat); tasks, deliveries and reviews travel on the hierarchy
 channel. Token counts per LLM call come from :class:`TokenPlan` (one entry per
 stage: planning, task solving, merging).
+
+Optional mechanisms of the reference code (off by default; see :class:`Work` and
+:class:`OuterLoop`): reviews that read every delivery they cover, a polling delay
+before a batch is worked on, git writes that conflict after waiting for the mutex,
+and the main loop's joined rounds of TODO reminders with the boss's proofreading.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from megaactors.behaviours.megaagent.plan import (
+    MERGING,
+    PLANNING,
+    STAGES,
+    TASK_SOLVING,
+    Monitoring,
+    OuterLoop,
+    TokenPlan,
+    TreePlan,
+    Work,
+    check_int,
+)
 from megaactors.core.behaviour import AgentContext, Effects, LLMRequest, Send, ToolCall, ToolResult
 from megaactors.core.llm import LLMReply, stream_uniform
 from megaactors.core.messages import ADMIN, HIERARCHY, INTRA, Batch
@@ -43,213 +59,37 @@ from megaactors.core.organisation import Organisation
 
 __all__ = [
     "GIT_LOCK",
-    "MERGING",
+    "MECHANISM_STREAM",
     "MONITOR_STREAM",
-    "PLANNING",
-    "STAGES",
-    "TASK_SOLVING",
     "MegaAgent",
-    "Monitoring",
     "RetryLimitError",
-    "StageTokens",
-    "TokenPlan",
-    "TreePlan",
-    "Work",
     "new_state",
     "stage_windows",
     "total_retries",
 ]
 
-PLANNING, TASK_SOLVING, MERGING = "planning", "task_solving", "merging"
-STAGES = (PLANNING, TASK_SOLVING, MERGING)
 GIT_LOCK = "git"
 """The one global mutex every git operation holds."""
 MONITOR_STREAM = 0x4D4F4E
 """Stream id of the monitoring draws (independent of the LLM latency stream)."""
+MECHANISM_STREAM = 0x4D4543
+"""Stream id of the optional mechanisms' draws (polling delays, conflicts, stale TODO lists)."""
 
 # phases (what an agent is waiting for between rounds) and purposes of an LLM call
 _WORK, _CHECK, _READ, _PLAN, _RECRUIT, _REVIEW, _MERGE = 1, 2, 3, 4, 5, 6, 7
+_POLL, _REWRITE, _REMIND, _LOOP_POLL, _PROOF = 8, 9, 10, 11, 12
+# the reminder of the outer loop: none owed, owed (its batch is being taken), running
+_TODO_CLEAR, _TODO_OWED, _TODO_RUNNING = 0, 1, 2
 _TASK_TEXT = "Subtask: build your part of the deliverable, recruit help if it is too big, report back. " * 4
 _RESULT_TEXT = "Result: the files for my part are committed; summary of what was done and how to check it. " * 3
 _NOTE_TEXT = "Note: interface and dependencies of my part, for the next part to build on. " * 3
 _RETRY_TEXT = "Review: the result fails validation; fix the listed problems and resubmit. " * 2
 _CONTINUE_TEXT = "Review: this part passes; go on with the next part of your task. " * 2
+_LOOP_KINDS = ("round", "round_done")
 
 
 class RetryLimitError(RuntimeError):
     """An agent failed validation more often than the retry cap allows."""
-
-
-def _check_int(name: str, value: int, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_probability(name: str, value: float) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
-
-
-@dataclass(frozen=True)
-class TreePlan:
-    """How many agents the run recruits and how: ``fanouts[level]`` caps the children
-    of an admin at that level. An admin whose subtree must hold ``size`` agents
-    recruits as few children as can hold the ``size - 1`` others within the fan-outs
-    below (an admin recruits only the help it needs) and splits those others among
-    them as evenly as possible, larger shares first."""
-
-    agents: int
-    fanouts: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        _check_int("agents", self.agents, 1)
-        object.__setattr__(self, "fanouts", tuple(self.fanouts))
-        for i, f in enumerate(self.fanouts):
-            _check_int(f"fanout of level {i}", f, 1)
-        if self.capacity < self.agents:
-            raise ValueError(
-                f"{self.agents} agents do not fit in a tree with fan-outs {self.fanouts} "
-                f"(at most {self.capacity}); add a level or raise a fan-out"
-            )
-
-    @property
-    def capacity(self) -> int:
-        """Most agents a tree with these fan-outs holds."""
-        return self._capacity(self.fanouts)
-
-    def split(self, size: int, level: int) -> list[int]:
-        """Subtree sizes of the children of an admin at ``level`` whose subtree holds ``size``."""
-        rest = size - 1
-        if rest <= 0:
-            return []
-        below = self._capacity(self.fanouts[level + 1 :])
-        k = min(self.fanouts[level], -(-rest // below))
-        q, r = divmod(rest, k)
-        return [q + 1] * r + [q] * (k - r)
-
-    def per_level(self) -> list[int]:
-        """Agents at each level of the tree the plan builds."""
-        counts: list[int] = []
-        frontier = [self.agents]
-        level = 0
-        while frontier:
-            counts.append(len(frontier))
-            frontier = [c for s in frontier for c in self.split(s, level)]
-            level += 1
-        return counts
-
-    @property
-    def levels(self) -> int:
-        """Levels of the tree, the boss's included."""
-        return len(self.per_level())
-
-    @property
-    def max_fanout(self) -> int:
-        return max(self.fanouts, default=1)
-
-    @classmethod
-    def balanced(cls, agents: int, fanout: int) -> TreePlan:
-        """The shallowest tree of ``agents`` with at most ``fanout`` children per admin."""
-        _check_int("fanout", fanout, 2)
-        fanouts: tuple[int, ...] = ()
-        while cls._capacity(fanouts) < agents:
-            fanouts += (fanout,)
-        return cls(agents, fanouts)
-
-    @classmethod
-    def flat(cls, agents: int) -> TreePlan:
-        """No hierarchy: the boss recruits every other agent into its one group."""
-        return cls(agents, (max(1, agents - 1),))
-
-    @staticmethod
-    def _capacity(fanouts: tuple[int, ...]) -> int:
-        cap = 1
-        for f in reversed(fanouts):
-            cap = 1 + f * cap
-        return cap
-
-
-@dataclass(frozen=True)
-class StageTokens:
-    """Tokens of one LLM call of a stage: the prompt beyond the system prompt, the
-    memory window and the batch just taken (``new_tokens``, at least 1 so that every
-    call leaves the same items in the memory window), and the reply."""
-
-    new_tokens: int
-    output_tokens: int
-
-    def __post_init__(self) -> None:
-        _check_int("new tokens", self.new_tokens, 1)
-        _check_int("output tokens", self.output_tokens, 1)
-
-
-@dataclass(frozen=True)
-class TokenPlan:
-    """Per-stage token counts of every LLM call."""
-
-    planning: StageTokens
-    task_solving: StageTokens
-    merging: StageTokens
-
-    def stage(self, name: str) -> StageTokens:
-        return getattr(self, name)
-
-
-@dataclass(frozen=True)
-class Monitoring:
-    """Three-level monitoring: each validation fails with its probability and
-    triggers a retry of the agent whose work failed; one agent may be retried
-    ``retry_cap`` times (the paper: 30 per agent per round)."""
-
-    enabled: bool = True
-    checklist_failure: float = 0.2
-    """An agent's own checklist rejects its work (level 1)."""
-    review_failure: float = 0.2
-    """An admin rejects a child's delivery (level 2)."""
-    boss_failure: float = 0.1
-    """The boss rejects an admin's merged result (level 3)."""
-    retry_cap: int = 30
-
-    def __post_init__(self) -> None:
-        _check_probability("checklist failure probability", self.checklist_failure)
-        _check_probability("review failure probability", self.review_failure)
-        _check_probability("boss failure probability", self.boss_failure)
-        _check_int("retry cap", self.retry_cap, 0)
-
-
-@dataclass(frozen=True)
-class Work:
-    """The function-call loop: LLM calls per task and per retry, tool durations."""
-
-    task_calls: int = 4
-    """LLM calls (each followed by a tool call) a worker makes for its task."""
-    deliveries: int = 1
-    """Parts a worker delivers its task in; its admin reviews each before it goes on."""
-    plan_calls: int = 3
-    """LLM calls of an admin's planning loop (each followed by a git operation: writing
-    the plan, then recruiting)."""
-    retry_calls: int = 1
-    """LLM calls (each followed by a tool call) to fix rejected work."""
-    git_s: float = 0.5
-    """Seconds one git operation holds the global mutex."""
-    tool_s: float = 1.0
-    """Seconds of any other tool call (running code, reading files)."""
-    git_lock: bool = True
-    """Serialise git operations behind one global mutex (False: no mutex)."""
-    notes: bool = True
-    """Share a note with the next sibling on finishing (intra-group and admin chat)."""
-
-    def __post_init__(self) -> None:
-        _check_int("task calls", self.task_calls, 1)
-        _check_int("plan calls", self.plan_calls, 1)
-        _check_int("deliveries", self.deliveries, 1)
-        if self.deliveries > self.task_calls:
-            raise ValueError(f"{self.deliveries} deliveries need at least as many task calls, got {self.task_calls}")
-        _check_int("retry calls", self.retry_calls, 1)
-        for name in ("git_s", "tool_s"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"{name.replace('_', ' ')} must be a number >= 0, got {value!r}")
 
 
 def new_state() -> dict[str, Any]:
@@ -269,6 +109,13 @@ def new_state() -> dict[str, Any]:
         "next": -1,  # the sibling it shares its note with
         "noted": False,
         "windows": {},  # stage -> [first call start, last call end]
+        "mdraws": 0,  # draws of the optional mechanisms
+        "conflicts": 0,  # git writes redone after a conflict
+        "stash": None,  # the LLM request a polling delay holds back
+        "round": 0,  # the outer loop's round this agent joined last
+        "reported": 0,  # the last round it reported done
+        "waiting": 0,  # children yet to report the current round
+        "todo": _TODO_CLEAR,
     }
 
 
@@ -286,12 +133,14 @@ class MegaAgent:
         *,
         seed: int = 0,
         bytes_per_token: int = 4,
+        outer_loop: OuterLoop | None = None,
     ) -> None:
-        _check_int("bytes per token", bytes_per_token, 1)
+        check_int("bytes per token", bytes_per_token, 1)
         self.plan = plan
         self.tokens = tokens
         self.work = work or Work()
         self.monitoring = monitoring or Monitoring()
+        self.outer_loop = outer_loop or OuterLoop()
         self.seed = seed
         self.bytes_per_token = bytes_per_token
         self._git = GIT_LOCK if self.work.git_lock else None
@@ -318,11 +167,20 @@ class MegaAgent:
     def on_batch(self, ctx: AgentContext, state: dict[str, Any], batch: Batch) -> Effects:
         read = -(-batch.nbytes() // self.bytes_per_token)
         retry = proceed = False
+        relays: list[Send] = []
+        other = False
         for packet in batch.packets:
             kind = packet.kind
             if kind == "task":
                 state["size"], state["level"], state["next"] = packet.payload[:3]
-                return self._begin(state, read)
+                return self._after_poll(ctx, state, self._begin(state, read))
+            if kind == "round":
+                relays += self._join_round(ctx, state, packet.payload[0])
+                continue
+            if kind == "round_done":
+                state["waiting"] -= 1
+                continue
+            other = True
             if kind == "result":
                 state["review"].append([packet.sender, True])
             elif kind == "progress":
@@ -334,16 +192,26 @@ class MegaAgent:
         if retry:
             self._count_retry(ctx, state, "its parent rejected its work")
             if state["children"]:
-                return self._call(state, _MERGE, MERGING, read)
-            state["left"] = self.work.retry_calls
-            return self._call(state, _WORK, TASK_SOLVING, read)
-        if proceed:
+                eff = self._call(state, _MERGE, MERGING, read)
+            else:
+                state["left"] = self.work.retry_calls
+                eff = self._call(state, _WORK, TASK_SOLVING, read)
+        elif proceed:
             state["part"] += 1
             state["left"] = self._part_calls[state["part"]]
-            return self._call(state, _WORK, TASK_SOLVING, read)
-        if state["review"]:
-            return self._call(state, _REVIEW, TASK_SOLVING, read)
-        return self._call(state, _READ, TASK_SOLVING, read)
+            eff = self._call(state, _WORK, TASK_SOLVING, read)
+        elif state["review"]:
+            covered = self.work.review_tokens * len(state["review"])
+            eff = self._call(state, _REVIEW, TASK_SOLVING, read + covered)
+        elif other:
+            eff = self._call(state, _READ, TASK_SOLVING, read)
+        elif state["todo"] == _TODO_OWED:
+            eff = self._remind(state, read)
+        else:
+            eff = self._round_end(ctx, state) or Effects()
+        if relays:
+            eff.sends = [*relays, *eff.sends]
+        return self._after_poll(ctx, state, eff)
 
     def on_reply(self, ctx: AgentContext, state: dict[str, Any], reply: LLMReply) -> Effects:
         window = state["windows"].get(reply.stage)
@@ -375,11 +243,36 @@ class MegaAgent:
             return self._reviewed(ctx, state)
         if phase == _MERGE:
             return Effects(tool=ToolCall("merge", self.work.git_s, self._git, stage=MERGING))
-        return Effects()  # _READ: the notes are in its memory now
+        if phase == _REWRITE:
+            state["phase"] = _WORK
+            return Effects(tool=ToolCall("write_file", self.work.git_s, self._git, stage=TASK_SOLVING))
+        if phase == _REMIND:
+            state["left"] -= 1
+            if not state["left"]:
+                state["todo"] = _TODO_CLEAR
+                return self._round_end(ctx, state) or Effects()
+            if state["left"] == self.outer_loop.reminder_calls - 1:
+                return Effects(tool=ToolCall("change_task_status", self.work.git_s, self._git, stage=TASK_SOLVING))
+            return Effects(tool=ToolCall("run_code", self.work.tool_s, stage=TASK_SOLVING))
+        if phase == _PROOF:
+            state["left"] -= 1
+            if not state["left"]:
+                state["phase"] = 0
+                return Effects()
+            name = "run_code" if state["left"] == 1 else "read_file"
+            return Effects(tool=ToolCall(name, self.work.tool_s, stage=MERGING))
+        # _READ: the notes are in its memory now; a reminder of the main loop may wait
+        if state["todo"] == _TODO_OWED:
+            return self._remind(state, 0)
+        return self._round_end(ctx, state) or Effects()
 
     def on_tool(self, ctx: AgentContext, state: dict[str, Any], result: ToolResult) -> Effects:
         phase = state["phase"]
         if phase == _WORK:
+            if result.name == "write_file" and self._conflicts(ctx, state, result):
+                state["conflicts"] += 1
+                self._count_retry(ctx, state, "its git writes kept conflicting")
+                return self._call(state, _REWRITE, TASK_SOLVING, 0)
             state["left"] -= 1
             if state["left"]:
                 return self._call(state, _WORK, TASK_SOLVING, 0)
@@ -390,6 +283,18 @@ class MegaAgent:
             return self._call(state, _PLAN, PLANNING, 0)
         if phase == _RECRUIT:
             return self._hand_out(ctx, state)
+        if phase == _POLL:
+            held, state["stash"] = state["stash"], None
+            state["phase"] = held[0]
+            return Effects(llm=LLMRequest(held[1], held[2], held[3]))
+        if phase == _REMIND:
+            return self._call(state, _REMIND, TASK_SOLVING, 0)
+        if phase == _LOOP_POLL:
+            return self._next_round(ctx, state)
+        if phase == _PROOF:
+            return self._call(state, _PROOF, MERGING, 0)
+        if ctx.org.parent[ctx.agent] < 0 and self.outer_loop.enabled:  # the boss's merge is committed
+            return self._loop_poll(ctx, state)
         return self._deliver(ctx, state)  # _MERGE: the merged result is committed
 
     # ------------------------------------------------------------------ steps
@@ -464,6 +369,78 @@ class MegaAgent:
             channel = ADMIN if org.admin_group[a] >= 0 and org.admin_group[nxt] >= 0 else INTRA
             sends.append(Send((nxt,), channel, "note", _NOTE_TEXT))
         return Effects(sends=sends)
+
+    # ------------------------------------------------------------------ optional mechanisms
+
+    def _draw(self, state: dict[str, Any], agent: int) -> float:
+        draw = state["mdraws"]
+        state["mdraws"] = draw + 1
+        return stream_uniform(self.seed, agent, draw, MECHANISM_STREAM)
+
+    def _after_poll(self, ctx: AgentContext, state: dict[str, Any], eff: Effects) -> Effects:
+        """Hold the batch's first LLM call back by a polling delay (``Work.poll_s``)."""
+        poll = self.work.poll_s
+        request = eff.llm
+        if not poll or request is None:
+            return eff
+        state["stash"] = [state["phase"], request.new_tokens, request.output_tokens, request.stage]
+        state["phase"] = _POLL
+        delay = poll * self._draw(state, ctx.agent)
+        return Effects(sends=eff.sends, tool=ToolCall("poll", delay, stage=request.stage))
+
+    def _conflicts(self, ctx: AgentContext, state: dict[str, Any], result: ToolResult) -> bool:
+        """A write that waited for the mutex was based on a stale commit: does it conflict?"""
+        p = self.work.conflict_probability
+        return bool(p) and result.waited_s > 0 and self._draw(state, ctx.agent) < p
+
+    def _loop_poll(self, ctx: AgentContext, state: dict[str, Any]) -> Effects:
+        """The boss's work is merged, or a round is over: the main loop notices after
+        a part of its polling interval, then starts the next round or proofreading."""
+        delay = self.outer_loop.poll_s * self._draw(state, ctx.agent)
+        state["phase"] = _LOOP_POLL
+        return Effects(tool=ToolCall("main_loop_poll", delay, stage=MERGING))
+
+    def _next_round(self, ctx: AgentContext, state: dict[str, Any]) -> Effects:
+        r = state["round"] + 1
+        if r > self.outer_loop.rounds:
+            if not self.outer_loop.proofread:
+                state["phase"] = 0
+                return Effects()
+            state["left"] = len(state["children"]) + 2
+            return self._call(state, _PROOF, MERGING, 0)
+        state["phase"] = 0
+        relays = self._join_round(ctx, state, r)
+        eff = self._remind(state, 0) if state["todo"] == _TODO_OWED else (self._round_end(ctx, state) or Effects())
+        eff.sends = [*relays, *eff.sends]
+        return eff
+
+    def _join_round(self, ctx: AgentContext, state: dict[str, Any], r: int) -> list[Send]:
+        """Round ``r`` of the main loop reached this agent: pass it on to its children
+        and draw whether its own TODO list is still non-empty."""
+        state["round"] = r
+        children = state["children"]
+        state["waiting"] = len(children)
+        if self._draw(state, ctx.agent) < self.outer_loop.stale_todo[r - 1]:
+            state["todo"] = _TODO_OWED
+        return [Send(children, HIERARCHY, "round", [r])] if children else []
+
+    def _remind(self, state: dict[str, Any], read: int) -> Effects:
+        state["todo"] = _TODO_RUNNING
+        state["left"] = self.outer_loop.reminder_calls
+        return self._call(state, _REMIND, TASK_SOLVING, read)
+
+    def _round_end(self, ctx: AgentContext, state: dict[str, Any]) -> Effects | None:
+        """If this agent and its subtree are done with the current round, say so (the
+        boss: start the next one)."""
+        r = state["round"]
+        if r == 0 or state["reported"] == r or state["todo"] != _TODO_CLEAR or state["waiting"]:
+            return None
+        state["reported"] = r
+        state["phase"] = 0
+        parent = ctx.org.parent[ctx.agent]
+        if parent < 0:
+            return self._loop_poll(ctx, state)
+        return Effects(sends=[Send((parent,), HIERARCHY, "round_done", [r])])
 
     # ------------------------------------------------------------------ monitoring
 

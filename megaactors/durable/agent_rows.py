@@ -1,0 +1,171 @@
+"""Agent records of a simulation as columns, and back.
+
+A checkpoint stores the records of the agents that changed (all of them in a full
+snapshot) by column: ids, in-queue heads, phases and batch tokens as packed arrays;
+behaviour states as a list; memories as ``[kinds, memories stored in full]``; LLM
+calls in flight as ``[positions, new tokens, output tokens, stages (just one when
+all are equal), times, sequences]``; other pending work and out-queues (both rare)
+by position.
+
+Calls are not stored: the ledger counts them. A reply in flight is not stored either:
+under the run's seeded model it is a pure function of the agent, its call index
+(``calls - 1``), its memory, the new tokens and the request's output tokens and
+stage, all in the record. A memory whose only change since the last description is
+the end of the call then in flight is stored as "that memory plus the call" (kind
+1); unchanged (kind 0) or in full (kind 2) otherwise. Other pending work is a tool
+call ``[3, call, requested, started(, time, sequence)]``, an LLM request queued
+behind the cap ``[1, request]`` or the start effects ``0``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from itertools import compress, repeat
+from operator import attrgetter, is_, itemgetter
+from typing import Any
+
+import numpy as np
+
+from megaactors.core.agent import Phase
+from megaactors.core.behaviour import LLMRequest, Send, ToolCall
+from megaactors.core.llm import SimulatedLLM
+from megaactors.durable.state_codec import encode_call, encode_request, encode_send, spread, uniform
+from megaactors.errors import StateError
+from megaactors.runtime.sim_state import START, SimState, ToolInFlight
+
+__all__ = ["encode_agent_rows", "load_agent_rows"]
+
+_AGENT = tuple(map(attrgetter, ("phase", "data", "batch_tokens", "pending", "outbox")))
+_MEMORY = attrgetter("memory")
+_FIRST_ID = attrgetter("first_id")
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
+_THIRD = itemgetter(2)
+_TOKENS_OUT = attrgetter("tokens_out")
+_STAGE = attrgetter("stage")
+_PHASES = tuple(Phase)
+
+
+def _event_positions(state: SimState) -> tuple[list[tuple[float, int, int]], np.ndarray]:
+    """The pending events and, for each agent, the position among them of the event
+    it waits for (-1: none)."""
+    events = state.events
+    n = len(events)
+    where = np.full(len(state.agents), -1, dtype=np.int64)
+    where[np.fromiter(map(_THIRD, events), dtype=np.int64, count=n)] = np.arange(n)
+    return events, where
+
+
+def encode_agent_rows(state: SimState, ids: list[int], memory_kinds: np.ndarray | None) -> dict[str, Any]:
+    """The records of agents ``ids`` by column (memory ``kinds`` None: all in full)."""
+    chosen = list(map(state.agents.__getitem__, ids))
+    phase, data, batch_tokens, pending, outbox = (list(map(get, chosen)) for get in _AGENT)
+    memory: list[Any]
+    if memory_kinds is None:
+        memory = [None, list(map(_MEMORY, chosen))]
+    else:
+        stored = np.flatnonzero(memory_kinds == 2).tolist()
+        memory = [memory_kinds.tobytes(), [chosen[i].memory for i in stored]]
+    at = list(compress(range(len(ids)), map(is_, map(type, pending), repeat(tuple))))
+    flying = list(map(pending.__getitem__, at))
+    replies = list(map(_SECOND, flying))
+    events = list(map(_THIRD, flying))  # each call in flight holds its event
+    other: dict[int, Any] = {}
+    if len(at) + pending.count(None) != len(pending):
+        pending_events, where = _event_positions(state)
+        for i, p in enumerate(pending):
+            if p is None or type(p) is tuple:
+                continue
+            if p is START:
+                other[i] = 0
+            elif type(p) is ToolInFlight:
+                k = int(where[ids[i]])
+                running = pending_events[k][:2] if k >= 0 else ()
+                other[i] = [3, encode_call(p.call), p.requested, p.started, *running]
+            else:
+                other[i] = [1, *encode_request(p)]
+    heads = np.fromiter(map(state.mail.head, ids), dtype=np.int64, count=len(ids))
+    return {
+        "ids": array("q", ids).tobytes(),
+        "heads": heads.tobytes(),
+        "state": bytes(phase),
+        "data": data,
+        "memory": memory,
+        "batch_tokens": array("q", batch_tokens).tobytes(),
+        "llm": [
+            array("q", at).tobytes(),
+            list(map(_FIRST, flying)),
+            array("q", map(_TOKENS_OUT, replies)).tobytes(),
+            uniform(list(map(_STAGE, replies))),
+            array("d", map(_FIRST, events)).tobytes(),
+            array("q", map(_SECOND, events)).tobytes(),
+        ],
+        "other": other,
+        "outboxes": {i: [encode_send(s) for s in o] for i, o in enumerate(outbox) if o} if any(outbox) else {},
+    }
+
+
+def load_agent_rows(
+    state: SimState,
+    rows: dict[str, Any],
+    heads: array[int],
+    flight: dict[int, tuple[float, int]],
+    llm: SimulatedLLM,
+    window: int,
+) -> None:
+    """Load rows of :func:`encode_agent_rows` into ``state``'s agents; note their
+    in-queue heads in ``heads`` and the events their calls in flight wait for in
+    ``flight`` (replies recomputed with ``llm``; ``window`` is the memory window)."""
+    agents = state.agents
+    ids = array("q", rows["ids"]).tolist()
+    for aid, head in zip(ids, array("q", rows["heads"]), strict=True):
+        heads[aid] = head
+    kinds, memories = rows["memory"]
+    if kinds is None:
+        for aid, memory in zip(ids, memories, strict=True):
+            agents[aid].memory = memory
+    else:
+        stored = iter(memories)
+        for aid, kind in zip(ids, kinds, strict=True):
+            a = agents[aid]
+            if kind == 2:
+                a.memory = next(stored)
+            elif kind == 1:  # the call in flight before has ended since
+                p = a.pending
+                if type(p) is not tuple:
+                    raise StateError(f"agent {aid}: its memory builds on an LLM call that was not in flight")
+                a.remember_call(p[0], p[1].tokens_out, window)
+    calls = state.ledger.per_agent["llm_calls"]  # an agent's calls, counted where they are paid
+    for aid, phase, data, batch_tokens in zip(
+        ids, rows["state"], rows["data"], array("q", rows["batch_tokens"]), strict=True
+    ):
+        a = agents[aid]
+        a.phase = _PHASES[phase]
+        a.data = data
+        a.calls = calls[aid]
+        a.batch_tokens = batch_tokens
+        a.pending = None
+        a.outbox = []
+        flight.pop(aid, None)
+    at, new_tokens, tokens_out, stages, times, seqs = rows["llm"]
+    at, tokens_out = array("q", at), array("q", tokens_out)
+    complete = llm.complete
+    for i, n, output_tokens, stage, t, seq in zip(
+        at, new_tokens, tokens_out, spread(stages, len(at)), array("d", times), array("q", seqs), strict=True
+    ):
+        a = agents[ids[i]]
+        request = LLMRequest(n, output_tokens, stage)
+        a.pending = (n, complete(a.id, a.calls - 1, request, sum(a.memory), n), (t, seq, a.id))
+        flight[a.id] = (t, seq)
+    for i, p in rows["other"].items():
+        a = agents[ids[int(i)]]
+        if p == 0:
+            a.pending = START
+        elif p[0] == 3:
+            a.pending = ToolInFlight(ToolCall(*p[1]), p[2], p[3])
+            if len(p) > 4:
+                flight[a.id] = (p[4], p[5])
+        else:
+            a.pending = LLMRequest(*p[1:])
+    for i, sends in rows["outboxes"].items():
+        agents[ids[int(i)]].outbox = [Send(*s) for s in sends]

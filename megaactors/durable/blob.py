@@ -1,0 +1,69 @@
+"""The bytes of a checkpoint: msgpack, zstd, and a versioned header.
+
+A checkpoint's state is msgpack packed and zstd compressed behind a header (magic,
+format version, codec); a blob of another format version or with a bad magic is
+refused with a one-line :class:`~megaactors.errors.StoreError`, never guessed at.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import msgpack
+import zstandard
+
+from megaactors.errors import CorruptStoreError, FormatVersionError
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "check_header", "decode_state", "encode_state", "pack_state", "seal_state"]
+
+FORMAT = "megaactors-durable"
+"""Name recorded in every database this package creates."""
+FORMAT_VERSION = 2
+"""Version of the schema and of the state encoding; a mismatch is refused, never guessed."""
+
+_MAGIC = b"MACK"
+_HEADER = struct.Struct(">4sHB")  # magic, format version, codec
+_ZSTD = 1
+_decompressor = zstandard.ZstdDecompressor()
+
+
+def pack_state(state: Any) -> bytes:
+    """msgpack(state): the part of :func:`encode_state` that needs the interpreter."""
+    return msgpack.packb(state, use_bin_type=True)
+
+
+def seal_state(packed: bytes) -> bytes:
+    """Header + zstd(packed): the part of :func:`encode_state` that runs without the GIL."""
+    return _HEADER.pack(_MAGIC, FORMAT_VERSION, _ZSTD) + zstandard.ZstdCompressor(level=3).compress(packed)
+
+
+def encode_state(state: Any) -> bytes:
+    """Header + zstd(msgpack(state))."""
+    return seal_state(pack_state(state))
+
+
+def check_header(blob: bytes, where: str = "checkpoint") -> None:
+    """Raise unless ``blob`` starts with a header this code reads."""
+    if len(blob) < _HEADER.size:
+        raise CorruptStoreError(f"{where}: {len(blob)} bytes is too short to be a checkpoint")
+    magic, version, codec = _HEADER.unpack_from(blob)
+    if magic != _MAGIC:
+        raise CorruptStoreError(f"{where}: not a megaactors checkpoint (bad magic {magic!r})")
+    if version != FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{where}: written in checkpoint format version {version}; this megaactors reads version {FORMAT_VERSION}"
+        )
+    if codec != _ZSTD:
+        raise CorruptStoreError(f"{where}: unknown compression codec {codec}")
+
+
+def decode_state(blob: bytes, where: str = "checkpoint") -> Any:
+    """The state inside an :func:`encode_state` blob; a wrong header raises."""
+    blob = bytes(blob)
+    check_header(blob, where)
+    try:
+        raw = _decompressor.decompress(blob[_HEADER.size :])
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    except (zstandard.ZstdError, ValueError, msgpack.UnpackException) as exc:
+        raise CorruptStoreError(f"{where}: the state does not decode: {exc}") from exc

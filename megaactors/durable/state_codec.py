@@ -1,0 +1,251 @@
+"""Plain-data codecs of a simulation's state: the values a checkpoint holds.
+
+Numbers are stored by column as packed arrays (one bytes value per column), the rest
+(behaviour states, payloads) as lists; effects, sends, LLM requests and tool calls
+as short lists; packets by column with a broadcast's recipients left out (they are
+its sender's peers on its channel). Everything is msgpack-ready.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Sequence
+from itertools import accumulate, chain, compress, repeat
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from megaactors.core.behaviour import UNCHANGED, Effects, LLMRequest, Send, ToolCall
+from megaactors.core.ledger import Ledger
+from megaactors.core.messages import CHANNELS, Packet
+from megaactors.core.organisation import Organisation
+from megaactors.core.trace import Trace
+
+__all__ = [
+    "LEDGER_SCALARS",
+    "append_trace",
+    "cells_changed",
+    "column_dtype",
+    "decode_effects",
+    "decode_packets",
+    "diff_cells",
+    "encode_call",
+    "encode_effects",
+    "encode_ledger",
+    "encode_packets",
+    "encode_request",
+    "encode_send",
+    "encode_trace",
+    "load_ledger",
+    "pick_cells",
+    "set_cells",
+    "spread",
+    "uniform",
+]
+
+_PACKET = attrgetter("first_id", "sender", "channel", "kind", "payload", "parent", "sent_at", "overhead")
+_RECIPIENTS = attrgetter("recipients")
+
+LEDGER_SCALARS = (
+    "messages",
+    "bytes",
+    "llm_calls",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "peak_queue_depth",
+    "peak_llm_in_flight",
+    "llm_time_s",
+    "tool_calls",
+    "tool_time_s",
+    "lock_wait_s",
+)
+"""Ledger totals a checkpoint stores one by one (per-agent columns go by cells)."""
+
+
+def encode_request(r: LLMRequest) -> list[Any]:
+    return [r.new_tokens, r.output_tokens, r.stage, r.prompt]
+
+
+def encode_call(c: ToolCall) -> list[Any]:
+    return [c.name, c.duration_s, c.lock, c.args, c.stage]
+
+
+def encode_send(s: Send) -> list[Any]:
+    recipients = s.recipients if type(s.recipients) in (list, tuple) else list(s.recipients)
+    return [recipients, s.channel, s.kind, s.payload, s.parent]
+
+
+def encode_effects(e: Effects) -> list[Any]:
+    return [
+        e.state is not UNCHANGED,
+        None if e.state is UNCHANGED else e.state,
+        [encode_send(s) for s in e.sends],
+        None if e.llm is None else encode_request(e.llm),
+        None if e.tool is None else encode_call(e.tool),
+        e.recruits,
+    ]
+
+
+def decode_effects(v: list[Any]) -> Effects:
+    has_state, state, sends, llm, tool, recruits = v
+    return Effects(
+        state=state if has_state else UNCHANGED,
+        sends=[Send(*s) for s in sends],
+        llm=None if llm is None else LLMRequest(*llm),
+        tool=None if tool is None else ToolCall(*tool),
+        recruits=recruits,
+    )
+
+
+def uniform(column: Sequence[Any]) -> list[Any]:
+    """``column`` as a list, or as its one value when all its values are equal."""
+    return list(values) if len(values := set(column)) == 1 else list(column)
+
+
+def spread(values: list[Any], n: int) -> Iterable[Any]:
+    """The ``n`` values of a :func:`uniform` column."""
+    return repeat(values[0], n) if len(values) == 1 else values
+
+
+def encode_packets(packets: list[Packet], broadcasts: list[bool] | None) -> dict[str, Any]:
+    """Packets by column: numbers in packed arrays (the recipients of all of them in
+    one, with a count per packet), the rest in lists (channels, kinds and parents
+    by :func:`uniform`). A packet flagged in ``broadcasts`` went to every peer of its
+    sender on its channel: its recipients are not stored (count -1)."""
+    columns = list(zip(*map(_PACKET, packets), strict=True)) or [()] * 8
+    first_id, sender, channel, kind, payload, parent, sent_at, overhead = columns
+    lists = list(map(_RECIPIENTS, packets))
+    if broadcasts is not None:
+        lists = [() if b else r for r, b in zip(lists, broadcasts, strict=True)]
+    count = array("q", map(len, lists))
+    if broadcasts is not None:
+        for i in compress(range(len(broadcasts)), broadcasts):
+            count[i] = -1
+    lists = [r for r in lists if r]
+    recipients = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=sum(map(len, lists)))
+    return {
+        "first_id": array("q", first_id).tobytes(),
+        "sender": array("q", sender).tobytes(),
+        "channel": uniform(channel),
+        "kind": uniform(kind),
+        "payload": payload,
+        "parent": uniform(parent),
+        "sent_at": array("d", sent_at).tobytes(),
+        "overhead": array("q", overhead).tobytes(),
+        "count": count.tobytes(),
+        "recipients": recipients.tobytes(),
+    }
+
+
+def decode_packets(v: dict[str, Any], org: Organisation) -> list[Packet]:
+    """The packets of :func:`encode_packets`; a broadcast's recipients are its
+    sender's peers on its channel in ``org`` (as it was when the packets were sent)."""
+    recipients = array("q", v["recipients"]).tolist()
+    counts = array("q", v["count"])
+    ends = list(accumulate(max(c, 0) for c in counts))
+    return [
+        Packet(
+            sender,
+            channel,
+            kind,
+            payload,
+            parent,
+            sent_at,
+            first_id,
+            recipients[end - count : end] if count >= 0 else org.peers(sender, channel),
+            overhead,
+        )
+        for first_id, sender, channel, kind, payload, parent, sent_at, overhead, count, end in zip(
+            array("q", v["first_id"]),
+            array("q", v["sender"]),
+            spread(v["channel"], len(counts)),
+            spread(v["kind"], len(counts)),
+            v["payload"],
+            spread(v["parent"], len(counts)),
+            array("d", v["sent_at"]),
+            array("q", v["overhead"]),
+            counts,
+            ends,
+            strict=True,
+        )
+    ]
+
+
+def diff_cells(current: np.ndarray, shadow: np.ndarray) -> tuple[bytes, bytes] | None:
+    """Indices and new values of the cells that differ (``None`` when none do)."""
+    if len(shadow) < len(current):
+        shadow = np.concatenate([shadow, np.zeros(len(current) - len(shadow), dtype=shadow.dtype)])
+    changed = np.flatnonzero(current != shadow)
+    if not len(changed):
+        return None
+    return changed.astype(np.int64).tobytes(), current[changed].tobytes()
+
+
+def column_dtype(column: array[Any] | bytearray) -> type:
+    if isinstance(column, bytearray):
+        return np.uint8
+    return np.float64 if column.typecode == "d" else np.int64
+
+
+def cells_changed(column: array[Any], shadow: np.ndarray) -> np.ndarray:
+    """Which cells of ``column`` differ from ``shadow`` (cells beyond it count as changed)."""
+    current: np.ndarray = np.frombuffer(column, dtype=column_dtype(column))
+    changed = np.ones(len(current), dtype=bool)
+    k = min(len(shadow), len(current))
+    np.not_equal(current[:k], shadow[:k], out=changed[:k])
+    return changed
+
+
+def pick_cells(column: array[Any], at: np.ndarray) -> bytes:
+    """The cells of ``column`` at the indices ``at``, packed."""
+    return np.frombuffer(column, dtype=column_dtype(column))[at].tobytes()
+
+
+def set_cells(column: array[Any] | bytearray, at: bytes, values: bytes) -> None:
+    """Write packed ``values`` into ``column`` at the packed int64 indices ``at``, in place."""
+    target: np.ndarray = np.frombuffer(column, dtype=column_dtype(column))
+    target[np.frombuffer(at, dtype=np.int64)] = np.frombuffer(values, dtype=target.dtype)
+    del target  # release the buffer: the column may grow later
+
+
+def encode_ledger(ledger: Ledger) -> dict[str, Any]:
+    """The ledger's totals, per channel and per stage (not its per-agent columns)."""
+    return {
+        **{k: getattr(ledger, k) for k in LEDGER_SCALARS},
+        "messages_by_channel": dict(ledger.messages_by_channel),
+        "bytes_by_channel": dict(ledger.bytes_by_channel),
+        "stages": {k: list(v) for k, v in ledger.stages.items()},
+    }
+
+
+def load_ledger(ledger: Ledger, values: dict[str, Any]) -> None:
+    """Set what :func:`encode_ledger` stored."""
+    for k in LEDGER_SCALARS:
+        setattr(ledger, k, values[k])
+    ledger.messages_by_channel = {c: values["messages_by_channel"][c] for c in CHANNELS}
+    ledger.bytes_by_channel = {c: values["bytes_by_channel"][c] for c in CHANNELS}
+    ledger.stages = {k: list(v) for k, v in values["stages"].items()}
+
+
+def _trace_columns(t: Trace) -> tuple[array[Any], ...]:
+    return (t.t_agent, t.t_from, t.t_to, t.t_time, t.b_agent, t.b_time, t.b_size)
+
+
+def encode_trace(trace: Trace | None, start: tuple[int, int]) -> list[bytes] | None:
+    """Trace rows from ``start`` = (transitions, batches) on, by column."""
+    if trace is None:
+        return None
+    t0, b0 = start
+    return [col[t0 if k < 4 else b0 :].tobytes() for k, col in enumerate(_trace_columns(trace))]
+
+
+def append_trace(trace: Trace | None, rows: list[bytes] | None, *, fresh: bool) -> None:
+    """Append rows of :func:`encode_trace` (``fresh``: in place of every row)."""
+    if trace is None or rows is None:
+        return
+    for col, data in zip(_trace_columns(trace), rows, strict=True):
+        if fresh:
+            del col[:]
+        col.frombytes(data)

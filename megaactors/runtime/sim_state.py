@@ -1,0 +1,135 @@
+"""The simulation's state as a documented type, and what may watch it change.
+
+Between two events a simulation is completely described by a :class:`SimState`:
+:meth:`SimRuntime.snapshot() <megaactors.runtime.sim.SimRuntime.snapshot>` returns one
+and :meth:`SimRuntime.restore() <megaactors.runtime.sim.SimRuntime.restore>` makes a
+runtime continue from one, exactly as the run it was taken from would have (same
+events, message ids, LLM call indices and ledger, float for float). A durable run
+encodes it (:mod:`megaactors.durable.state`) and never reads the runtime's internals.
+
+What an agent waits for (``Agent.pending``) is one of: ``None``; :data:`START` (its
+start effects wait for the serial token); an :data:`LLMInFlight` tuple; a
+:class:`ToolInFlight`; or the :class:`~megaactors.core.behaviour.LLMRequest` it
+waits to issue while every LLM slot is taken.
+
+A :class:`SimObserver` sees what changes between two snapshots without scanning the
+run: every event's agent, every packet stamped, agents touched outside their own
+events, and (as a :class:`~megaactors.runtime.interpreter.RunObserver`) paid calls,
+tool side effects and recruits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from megaactors.runtime.interpreter import RunObserver
+
+if TYPE_CHECKING:
+    from megaactors.core.agent import Agent
+    from megaactors.core.behaviour import Effects, ToolCall
+    from megaactors.core.ledger import Ledger
+    from megaactors.core.llm import LLMReply
+    from megaactors.core.messages import Packet
+    from megaactors.core.trace import Trace
+    from megaactors.runtime.events import Event
+    from megaactors.runtime.mailboxes import Mailboxes
+
+__all__ = ["START", "LLMInFlight", "SimObserver", "SimState", "ToolInFlight"]
+
+
+class _Start:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "START"
+
+
+START = _Start()
+"""``Agent.pending`` of an agent whose start effects wait for the serial token."""
+
+LLMInFlight = tuple[int, "LLMReply", "Event"]
+"""``Agent.pending`` of an agent whose LLM call is in flight: the call's new prompt
+tokens, its reply (due at the event's time) and the event that delivers it."""
+
+
+class ToolInFlight:
+    """``Agent.pending`` of an agent whose tool call waits for its lock or runs."""
+
+    __slots__ = ("call", "requested", "started")
+
+    def __init__(self, call: ToolCall, requested: float, started: float | None = None) -> None:
+        self.call = call
+        self.requested = requested
+        """When the agent asked for the call."""
+        self.started = requested if started is None else started
+        """When it got the lock and started (``requested`` while it waits)."""
+
+    def __repr__(self) -> str:
+        return f"ToolInFlight({self.call.name!r}, requested={self.requested}, started={self.started})"
+
+
+@dataclass
+class SimState:
+    """Everything a simulation is between two events.
+
+    A snapshot shares the runtime's own containers (agents, ledger, trace, ...), so
+    taking one costs nearly nothing; it stays valid until the next event runs."""
+
+    now: float
+    """Virtual time of the last event run."""
+    seq: int
+    """Sequence number of the last event scheduled (ties in time go by it)."""
+    events_run: int
+    """Events run so far (0 right after the start)."""
+    started: bool
+    agents: list[Agent]
+    """Every agent's record: phase, behaviour state, memory, call count, batch tokens,
+    what it waits for, out-queue and private in-queue."""
+    mail: Mailboxes
+    """The in-queues: each agent's private one (``agent.inbox``) and the channel logs
+    broadcasts go to; ``mail.head(agent)``, ``mail.live()`` and ``mail.refill()``
+    describe and rebuild them."""
+    awake: bytearray
+    """1 per agent that is busy or queued to run (a delivery need not wake it)."""
+    events: list[Event]
+    """Pending events ``(time, sequence, agent)``, in no particular order."""
+    in_flight: int
+    """LLM calls in flight."""
+    llm_waiting: list[int]
+    """Agents waiting for an LLM slot (``max_concurrent_llm``), first in line first."""
+    serial_holder: int | None
+    """The agent holding the serial token (serial mode)."""
+    serial_waiting: list[int]
+    lock_holders: dict[str, int]
+    """Named tool locks held, by the agent holding each."""
+    lock_waiting: dict[str, list[int]]
+    start_effects: dict[int, Effects]
+    """Start effects not yet run (agents waiting for the serial token)."""
+    recruited: dict[int, list[int]]
+    """Recruiter -> agents its next callback sees in ``ctx.recruited``."""
+    recruiters: list[int]
+    """Who recruited each agent beyond the organisation's first ones, in order."""
+    tool_invocations: int
+    next_message_id: int
+    ledger: Ledger
+    trace: Trace | None
+    wall_s: float
+    """Wall time the run has taken so far."""
+
+
+class SimObserver(RunObserver, Protocol):
+    """Watches a simulation between two snapshots (a durable run's change tracker)."""
+
+    events: list[int]
+    """The agent of every event run is appended here."""
+
+    def stamped(self, packets: list[Packet], broadcast: bool) -> None:
+        """The postman stamped ``packets`` for one send (``broadcast``: to every peer
+        of the sender on its channel)."""
+        ...
+
+    def touched(self, agent: int) -> None:
+        """``agent``'s record changed outside its own events (its tool call was
+        queued or started by another agent's event)."""
+        ...
