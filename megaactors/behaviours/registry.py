@@ -51,6 +51,7 @@ __all__ = [
 ENTRY_POINT_GROUP = "megaactors.behaviours"
 BUILT_IN: dict[str, str] = {
     "chat-round": "megaactors.behaviours.chat_round:ChatRound",
+    "megaagent": "megaactors.behaviours.megaagent.organised:OrganisedMegaAgent",
 }
 """The behaviours megaactors ships (also declared as entry points in its pyproject.toml;
 listed here too so that they resolve from a source tree that was never installed)."""
