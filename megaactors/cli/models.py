@@ -37,7 +37,7 @@ def handle(args: argparse.Namespace) -> int:
             **r,
             "price_in": f"${r['price_in']:,.2f}",
             "price_out": f"${r['price_out']:,.2f}",
-            "default": "yes" * r["default"],
+            "default": "yes" if r["default"] else "",
         }
         for r in rows
     ]

@@ -27,6 +27,7 @@ from megaactors.cli.durable_common import (
     preflight,
     run_id,
 )
+from megaactors.experiments.spec import RunSpec
 from megaactors.validation import Param
 
 __all__ = ["MAX_ATTEMPTS", "grid_specs", "register"]
@@ -94,7 +95,8 @@ def handle(args: argparse.Namespace) -> int:
     if other:
         raise CommandError(f"queued runs use the sim runtime, not {', '.join(map(repr, other))}")
     check_budget(args, specs)
-    kinds = {}  # the first run of each behaviour and topology is started in memory before anything is queued
+    # the first run of each behaviour and topology is started in memory before anything is queued
+    kinds: dict[tuple[str, str, str], RunSpec] = {}
     for s in specs:
         kinds.setdefault((s.behaviour, json.dumps(s.behaviour_params, sort_keys=True), s.topology), s)
     preflight(list(kinds.values()))

@@ -97,8 +97,10 @@ class Structure:
 
 
 class OrganisedMegaAgent(MegaAgent):
-    """MegaAgent's plan–work–review–merge mechanism on the run's organisation: the boss
-    (or each top admin) plans and hands out subtasks along the organisation's groups."""
+    """MegaAgent's plan, work, review and merge on the run's organisation (needs admins).
+
+    The boss (or each top admin) plans and hands out subtasks along the organisation's
+    reporting lines; see the module docstring."""
 
     name = "megaagent"
     recruits = False
