@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from megaactors.core.behaviour import Behaviour
+from megaactors.core.behaviour import Behaviour, check_organisation
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.packable import explain
 from megaactors.durable.state import DurableSim
@@ -56,7 +56,7 @@ from megaactors.durable.store import (
     seal_state,
 )
 from megaactors.errors import UncheckpointableError
-from megaactors.experiments.spec import ParameterError, RunSpec, check_organisation
+from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.result import RunResult
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from megaactors.behaviours import registry
 from megaactors.behaviours.chat_round import TEXT_BYTES
+from megaactors.core.behaviour import check_organisation
 from megaactors.core.graph_families import FAMILIES
 from megaactors.core.llm import PRICES, LatencyModel, Price, SimulatedLLM, TokenModel
 from megaactors.core.organisation import GRAPH_PREFIX, Organisation
@@ -235,14 +236,6 @@ class RunSpec:
 PARAMETERS: dict[str, Param] = declared(RunSpec)
 """The declaration of every run parameter, by name, in field order."""
 _EXTRA_FIELDS = {"behaviour_params", "behaviour_version"}
-
-
-def check_organisation(behaviour: Any, org: Organisation) -> None:
-    """Let a behaviour refuse an organisation it cannot run on (its optional
-    ``check_organisation(org)`` raises :class:`~megaactors.errors.OrganisationError`)."""
-    check = getattr(behaviour, "check_organisation", None)
-    if check is not None:
-        check(org)
 
 
 def _lift_behaviour_params(params: dict[str, Any]) -> dict[str, Any]:
