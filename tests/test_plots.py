@@ -268,7 +268,13 @@ def test_dollar_figures_name_the_model_and_its_prices(rows: pd.DataFrame) -> Non
     assert expected in cost_figure(rows, "dollars").axes[0].get_title()
     assert "per M tokens" not in cost_figure(rows, "messages").axes[0].get_title()
     assert expected in group_size_figure(rows).axes[1].get_title()
-    two = rows.assign(model=np.where(rows["seed"] == 1, "gpt-4o-mini", "gpt-4o"))
+    model = np.where(rows["seed"] == 1, "gpt-4o-mini", "gpt-4o")
+    listed = {m: PRICES[m] for m in ("gpt-4o-mini", "gpt-4o")}  # rows record the prices paid
+    two = rows.assign(
+        model=model,
+        price_in=[listed[m].input_per_m for m in model],
+        price_out=[listed[m].output_per_m for m in model],
+    )
     title = cost_figure(two, "dollars").axes[0].get_title()
     other = price_title("gpt-4o", PRICES["gpt-4o"].input_per_m, PRICES["gpt-4o"].output_per_m)
     assert expected in title and other.replace("$", r"\$") in title
