@@ -49,7 +49,8 @@ class Ledger:
         self.lock_wait_s = 0.0
         """Time agents spent waiting for tool locks (contention)."""
         self.provider = False
-        """Whether the run had a provider model (then :meth:`summary` reports its counters)."""
+        """Whether the run had a provider model that sets a limit, a failure rate or a
+        timeout (then :meth:`summary` reports its counters)."""
         self.rate_limited = 0
         """Attempts refused with HTTP 429 (over the RPM or TPM limit)."""
         self.llm_errors = 0

@@ -132,7 +132,7 @@ class Interpreter:
         """The simulated LLM's latency model (a retried attempt redraws its random part)."""
         self.limits = LimitState()
         """The provider's token buckets (part of the run's state)."""
-        self.ledger.provider = provider is not None
+        self.ledger.provider = self.provider is not None
         if self.provider is not None:
             self.provider.check_call_size(llm.tokens.system_tokens + llm.tokens.output_tokens)
             self.provider.check_timeout(self.latency_model, llm.tokens.output_tokens)
