@@ -1,0 +1,273 @@
+"""The simulation's delivery through a network: latency, lost, repeated and late
+copies, crashed agents, partitions, and recovery.
+
+A :class:`SimRuntime <megaactors.runtime.sim.SimRuntime>` given a
+:class:`~megaactors.network.NetworkModel` with latency or a
+:class:`~megaactors.network.FaultSpec` that can fail hands its out-queues to a
+:class:`NetworkDelivery` instead of delivering them at once. Each copy (one message
+to one recipient) is decided on by :class:`~megaactors.network.FaultDecisions`,
+keyed by (message id, recipient, attempt):
+
+* partitioned or dropped: it is lost; with ``recover`` its sender notices the missing
+  acknowledgement and sends it again ``timeout_s`` after it sent it (at most
+  ``retries`` times; acknowledgements ride on replies and cost nothing);
+* delayed: it arrives ``delay_s`` late; duplicated: a second copy arrives as well,
+  and with ``dedup`` the recipient ignores a message id it has seen;
+* otherwise it arrives after its latency (at once when that is zero), as an event.
+
+An agent may crash as it takes a batch: the batch and its in-queue are lost (kept
+with ``keep = "inbox"``; its behaviour state is reset with ``keep = "nothing"``),
+copies reaching it while it is down are lost, and it restarts ``restart_s`` later.
+Every injected fault and every recovery action is counted in :attr:`counts`, apart
+from the fault-free work the ledger counts (re-sent copies are not in
+``ledger.messages``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from megaactors.core.agent import Agent
+from megaactors.core.behaviour import ReportsWaiting
+from megaactors.core.messages import Packet, int_size
+from megaactors.network import FaultDecisions, FaultSpec, NetworkModel
+
+if TYPE_CHECKING:
+    from megaactors.core.behaviour import Behaviour
+    from megaactors.runtime.options import RuntimeOptions
+    from megaactors.runtime.postman import Postman
+    from megaactors.runtime.result import RunResult
+
+__all__ = ["ARRIVE", "RESEND", "RESTART", "NetworkDelivery", "NetworkHost", "NetworkState", "Stalled", "network_for"]
+
+ARRIVE, RESEND, RESTART = 0, 1, 2
+"""Kinds of network event: a copy arrives, a lost copy is sent again, an agent restarts."""
+
+COUNTERS = (
+    "drop",
+    "duplicate",
+    "delay",
+    "partition",
+    "crash",
+    "lost_to_crash",
+    "restart",
+    "resent",
+    "resent_bytes",
+    "duplicates_ignored",
+    "undelivered",
+)
+"""Fault and recovery counters (:attr:`NetworkState.counts`)."""
+
+
+class NetworkHost(Protocol):
+    """What the delivery needs of the runtime it delivers for."""
+
+    now: float
+
+    def schedule_network(self, time: float) -> int:
+        """Schedule a network event at ``time``; return its key."""
+        ...
+
+    def enqueue(self, recipient: int, packet: Packet) -> None:
+        """Put a copy of ``packet`` into ``recipient``'s in-queue (waking it if Idle)."""
+        ...
+
+    def crashed(self, agent: Agent) -> None:
+        """``agent`` crashed as it was about to take a batch: it stops, Idle."""
+        ...
+
+    def wake(self, agent: int) -> None:
+        """Let ``agent`` (just restarted) take what waits in its in-queue."""
+        ...
+
+
+@dataclass
+class NetworkState:
+    """What the network holds between two events (part of the simulation's state)."""
+
+    transit: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    """Event key -> (ARRIVE, packet, recipient, attempt) | (RESEND, packet, recipient,
+    attempt) | (RESTART, agent)."""
+    down: dict[int, float] = field(default_factory=dict)
+    """Crashed agents -> when they restart."""
+    seen: dict[int, set[int]] = field(default_factory=dict)
+    """Message ids each agent has received (with ``dedup``, when copies may repeat)."""
+    crashes: dict[int, int] = field(default_factory=dict)
+    """Crashes of each agent so far (keys its next crash decision)."""
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    undelivered: dict[int, int] = field(default_factory=dict)
+    """Recipient -> copies lost for good (no recovery, or retries spent)."""
+
+
+@dataclass(frozen=True)
+class Stalled:
+    """An agent whose work cannot finish, and what it waits for."""
+
+    agent: int
+    waits_for: str
+
+
+class NetworkDelivery:
+    """Delivers a simulation's out-queues through the network and its faults."""
+
+    def __init__(self, host: NetworkHost, postman: Postman, behaviour: Behaviour, decisions: FaultDecisions) -> None:
+        self.host = host
+        self.postman = postman
+        self.behaviour = behaviour
+        self.decisions = decisions
+        self.faults = decisions.faults
+        self.state = NetworkState()
+        faults = self.faults
+        self.dedup = faults.dedup and (
+            bool(faults.duplicate)
+            or any("duplicate" in w.probabilities for w in faults.windows)
+            or any(rule.get("duplicate") for rule in faults.channels.values())
+        )
+
+    # ------------------------------------------------------------------ sending
+
+    def deliver(self, a: Agent) -> None:
+        """Flush ``a``'s out-queue into the network."""
+        stamp, now, sender, send_copy = self.postman.stamp, self.host.now, a.id, self.send_copy
+        for send in a.outbox:
+            for packet in stamp(sender, send, now):
+                for r in packet.recipients:
+                    send_copy(packet, r, 0)
+        a.outbox = []
+
+    def send_copy(self, packet: Packet, recipient: int, attempt: int) -> None:
+        """Decide the fate of one copy sent now (``attempt`` 0 first, then re-sends)."""
+        host, decide, counts = self.host, self.decisions, self.state.counts
+        now, channel = host.now, packet.channel
+        mid = packet.message_id(recipient)
+        if decide.partitioned(packet.sender, recipient, now):
+            self.lost("partition", packet, recipient, attempt)
+            return
+        if decide.happens("drop", mid, recipient, attempt, channel, now):
+            self.lost("drop", packet, recipient, attempt)
+            return
+        latency = decide.latency(mid, recipient, attempt, channel, packet.sender)
+        if decide.happens("delay", mid, recipient, attempt, channel, now):
+            counts["delay"] += 1
+            latency += self.faults.delay_s
+        self.arrive_after(latency, packet, recipient, attempt)
+        if decide.happens("duplicate", mid, recipient, attempt, channel, now):
+            counts["duplicate"] += 1
+            self.arrive_after(latency, packet, recipient, attempt)
+
+    def arrive_after(self, latency: float, packet: Packet, recipient: int, attempt: int) -> None:
+        if latency <= 0:
+            self.arrive(packet, recipient, attempt)
+            return
+        key = self.host.schedule_network(self.host.now + latency)
+        self.state.transit[key] = (ARRIVE, packet, recipient, attempt)
+
+    def lost(self, kind: str, packet: Packet, recipient: int, attempt: int) -> None:
+        """A copy is lost (``kind``): re-sent after the timeout if recovery allows."""
+        state, faults = self.state, self.faults
+        state.counts[kind] += 1
+        if faults.recover and attempt < faults.retries:
+            key = self.host.schedule_network(self.host.now + faults.timeout_s)
+            state.transit[key] = (RESEND, packet, recipient, attempt + 1)
+        else:
+            state.counts["undelivered"] += 1
+            state.undelivered[recipient] = state.undelivered.get(recipient, 0) + 1
+
+    # ------------------------------------------------------------------ events
+
+    def fire(self, key: int) -> None:
+        """Run the network event ``key`` (its time is the host's ``now``)."""
+        entry = self.state.transit.pop(key)
+        kind = entry[0]
+        if kind == ARRIVE:
+            self.arrive(entry[1], entry[2], entry[3])
+        elif kind == RESEND:
+            packet, recipient = entry[1], entry[2]
+            counts = self.state.counts
+            counts["resent"] += 1
+            counts["resent_bytes"] += packet.copy_bytes + int_size(recipient)
+            self.send_copy(packet, recipient, entry[3])
+        else:
+            self.restart(entry[1])
+
+    def arrive(self, packet: Packet, recipient: int, attempt: int) -> None:
+        state = self.state
+        if recipient in state.down:
+            self.lost("lost_to_crash", packet, recipient, attempt)
+            return
+        if self.dedup:
+            seen = state.seen.get(recipient)
+            if seen is None:
+                seen = state.seen[recipient] = set()
+            mid = packet.message_id(recipient)
+            if mid in seen:
+                state.counts["duplicates_ignored"] += 1
+                return
+            seen.add(mid)
+        self.host.enqueue(recipient, packet)
+
+    # ------------------------------------------------------------------ crashes
+
+    def crash_on_take(self, a: Agent) -> bool:
+        """Whether ``a`` crashes as it takes its next batch (then it is down)."""
+        state, aid = self.state, a.id
+        index = self.postman.ledger.per_agent["batches"][aid] + state.crashes.get(aid, 0)
+        if not self.decisions.crashes(aid, index):
+            return False
+        state.crashes[aid] = state.crashes.get(aid, 0) + 1
+        state.counts["crash"] += 1
+        faults = self.faults
+        if faults.keep != "inbox":
+            lost, a.inbox[:] = list(a.inbox), []
+            for packet in lost:
+                self.lost("lost_to_crash", packet, aid, 1)
+        if faults.keep == "nothing":
+            a.data = self.behaviour.init(aid, self.decisions.org)
+            a.memory.clear()
+        host = self.host
+        state.down[aid] = host.now + faults.restart_s
+        state.transit[host.schedule_network(host.now + faults.restart_s)] = (RESTART, aid)
+        host.crashed(a)
+        return True
+
+    def restart(self, agent: int) -> None:
+        self.state.down.pop(agent, None)
+        self.state.counts["restart"] += 1
+        self.host.wake(agent)
+
+    # ------------------------------------------------------------------ the end
+
+    def report(self, result: RunResult, agents: list[Agent]) -> None:
+        """Put the fault counts, the stalled agents and the status into ``result``."""
+        result.faults = dict(self.state.counts)
+        stalled = self.stalled(agents, result.ledger.per_agent["received"])
+        result.stalled = {s.agent: s.waits_for for s in stalled}
+        result.status = "stalled" if stalled else "ok"
+
+    def stalled(self, agents: list[Agent], received: Any) -> list[Stalled]:
+        """Agents whose behaviour says they still wait (``awaiting``), with what for;
+        for a behaviour that cannot say, the agents with copies lost for good."""
+        behaviour = self.behaviour
+        if not isinstance(behaviour, ReportsWaiting):
+            lost = sorted(self.state.undelivered.items())
+            return [Stalled(a, f"{n} message(s) lost for good") for a, n in lost]
+        org = self.decisions.org
+        out = []
+        for a in agents:
+            waits = behaviour.awaiting(org, a.id, a.data, received[a.id])
+            if waits is not None:
+                out.append(Stalled(a.id, waits))
+        return out
+
+
+def network_for(
+    host: NetworkHost, postman: Postman, behaviour: Behaviour, options: RuntimeOptions
+) -> NetworkDelivery | None:
+    """The network delivery ``options`` ask for, or None when every message is to
+    arrive at once and exactly once."""
+    network, faults = options.network, options.faults
+    if (network is None or network.instant) and (faults is None or not faults.active):
+        return None
+    decisions = FaultDecisions(options.seed, postman.org, network or NetworkModel(), faults or FaultSpec())
+    return NetworkDelivery(host, postman, behaviour, decisions)
