@@ -186,7 +186,7 @@ class ChatRound:
 
     def _star_batch(self, ctx: AgentContext, state: list[Any], batch: Batch) -> None:
         if ctx.agent == ctx.org.boss:
-            state[_SENDERS] = [m.sender for m in batch]
+            state[_SENDERS] = list(dict.fromkeys(m.sender for m in batch))  # a repeated ask is answered once
             state[_ROUND] = batch[-1].payload[0]
             state[_TODO] = _ANSWER
             return

@@ -11,6 +11,7 @@ from megaactors.core.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
 from megaactors.experiments.closed_forms import OPTIMAL, optimal_group_size
+from megaactors.network import FaultSpec, NetworkModel, parse_faults, parse_latency, parse_machines
 from megaactors.validation import Param, declared, param
 
 if TYPE_CHECKING:
@@ -52,6 +53,14 @@ class RunSpec:
     per_output_token_s: float = param(0.02, "LLM latency per output token", unit="s", minimum=0, maximum=60)
     output_tokens: int = param(60, "tokens per LLM reply", unit="tokens", minimum=0, maximum=10**6)
     trace: bool = param(False, "record every state transition (memory grows with the run)")
+    net_latency: str | None = param(
+        None, "delivery latency: CHANNEL=SECONDS,... (intra, admin, hierarchy, cross) or one number for all", unit="s"
+    )
+    net_jitter: float = param(0.0, "uniform extra delivery latency of each copy", unit="s", minimum=0, maximum=86_400)
+    machines: str | None = param(None, "machines: K (groups round-robin) or each group's machine, as 0,0,1,1")
+    faults: str | None = param(
+        None, "faults: drop=P,duplicate=P,delay=P,crash=P,... or a .toml/.json file (see the README)"
+    )
 
     def __post_init__(self) -> None:
         for name, declaration in PARAMETERS.items():
@@ -61,6 +70,8 @@ class RunSpec:
             checked = declaration.check(value)
             if checked is not value:
                 object.__setattr__(self, name, checked)
+        self.network()
+        self.fault_spec()
 
     @classmethod
     def from_dict(cls, params: dict[str, Any]) -> RunSpec:
@@ -100,6 +111,19 @@ class RunSpec:
             tokens=TokenModel(output_tokens=self.output_tokens),
         )
 
+    def network(self) -> NetworkModel | None:
+        """The network ``net_latency``, ``net_jitter`` and ``machines`` describe (None:
+        every message arrives at once)."""
+        if self.net_latency is None and not self.net_jitter and self.machines is None:
+            return None
+        latency, cross = parse_latency(self.net_latency) if self.net_latency is not None else ({}, 0.0)
+        machines, count = parse_machines(self.machines) if self.machines is not None else (None, None)
+        return NetworkModel(latency, cross, self.net_jitter, machines, count)
+
+    def fault_spec(self) -> FaultSpec | None:
+        """The faults ``faults`` describes (None: none)."""
+        return None if self.faults is None else parse_faults(self.faults)
+
     def build(self, **runtime_options: Any) -> Any:
         """The chosen runtime over this organisation and chat round, not yet started
         (to step it, e.g. with a :class:`~megaactors.experiments.collector.DataCollector`);
@@ -114,8 +138,18 @@ class RunSpec:
             max_concurrent_llm=self.max_concurrent_llm,
             serial=self.serial,
             trace=self.trace,
+            **self._network_options(),
             **runtime_options,
         )
+
+    def _network_options(self) -> dict[str, Any]:
+        network, faults = self.network(), self.fault_spec()
+        options: dict[str, Any] = {}
+        if network is not None:
+            options["network"] = network
+        if faults is not None:
+            options["faults"] = faults
+        return options
 
     def execute(self, **runtime_options: Any) -> RunResult:
         """Build the organisation and run the chat round on the chosen runtime;

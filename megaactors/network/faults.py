@@ -9,7 +9,8 @@ tables, timed windows and partitions::
     delay = 0.05           # ... that it arrives delay_s late
     delay_s = 1.0
     crash = 0.001          # probability that an agent crashes as it takes a batch
-    restart_s = 5.0        # it restarts this long after
+    restart_s = 5.0        # it restarts this long after,
+    restarts = 8           # at most this many times (then it stays down)
     keep = "state"         # what survives a crash: "state" (the behaviour state;
                            # the in-queue is lost), "inbox" (both) or "nothing"
     recover = true         # a lost copy is sent again timeout_s after it was sent,
@@ -89,6 +90,7 @@ class FaultSpec:
     delay_s: float = 1.0
     crash: float = 0.0
     restart_s: float = 5.0
+    restarts: int = 8
     keep: str = "state"
     recover: bool = True
     timeout_s: float = 5.0
@@ -107,8 +109,10 @@ class FaultSpec:
             raise ParameterError(f"faults: timeout_s must be > 0, got {self.timeout_s!r}")
         if self.keep not in KEEP:
             raise ParameterError(f"faults: keep must be one of {', '.join(KEEP)}, got {self.keep!r}")
-        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or not 0 <= self.retries <= 1000:
-            raise ParameterError(f"faults: retries must be an integer >= 0 and <= 1000, got {self.retries!r}")
+        for name in ("retries", "restarts"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1000:
+                raise ParameterError(f"faults: {name} must be an integer >= 0 and <= 1000, got {value!r}")
         for name in ("recover", "dedup"):
             if not isinstance(getattr(self, name), bool):
                 raise ParameterError(f"faults: {name} must be true or false, got {getattr(self, name)!r}")
@@ -279,8 +283,10 @@ def from_mapping(data: Mapping[str, Any]) -> FaultSpec:
 
 
 def _line_of(text: str, message: str) -> int | None:
-    """The first line of ``text`` naming a key the error ``message`` quotes."""
-    for word in message.replace("'", '"').split('"')[1::2]:
+    """The first line of ``text`` naming a key the error ``message`` quotes (or,
+    failing that, the key its detail starts with)."""
+    detail = message.removeprefix("faults: ").split(" ")
+    for word in [*message.replace("'", '"').split('"')[1::2], detail[0]]:
         for number, line in enumerate(text.splitlines(), 1):
             if word and word in line:
                 return number

@@ -17,7 +17,8 @@ keyed by (message id, recipient, attempt):
 
 An agent may crash as it takes a batch: the batch and its in-queue are lost (kept
 with ``keep = "inbox"``; its behaviour state is reset with ``keep = "nothing"``),
-copies reaching it while it is down are lost, and it restarts ``restart_s`` later.
+copies reaching it while it is down are lost, and it restarts ``restart_s`` later —
+at most ``restarts`` times, after which it stays down (a crash loop ends).
 Every injected fault and every recovery action is counted in :attr:`counts`, apart
 from the fault-free work the ledger counts (re-sent copies are not in
 ``ledger.messages``).
@@ -226,8 +227,11 @@ class NetworkDelivery:
             a.data = self.behaviour.init(aid, self.decisions.org)
             a.memory.clear()
         host = self.host
-        state.down[aid] = host.now + faults.restart_s
-        state.transit[host.schedule_network(host.now + faults.restart_s)] = (RESTART, aid)
+        if state.crashes[aid] > faults.restarts:  # restarted too often: it stays down
+            state.down[aid] = float("inf")
+        else:
+            state.down[aid] = host.now + faults.restart_s
+            state.transit[host.schedule_network(host.now + faults.restart_s)] = (RESTART, aid)
         host.crashed(a)
         return True
 
@@ -251,10 +255,16 @@ class NetworkDelivery:
         behaviour = self.behaviour
         if not isinstance(behaviour, ReportsWaiting):
             lost = sorted(self.state.undelivered.items())
-            return [Stalled(a, f"{n} message(s) lost for good") for a, n in lost]
+            down = sorted(self.state.down)
+            return [Stalled(a, "a restart") for a in down] + [
+                Stalled(a, f"{n} message(s) lost for good") for a, n in lost if a not in self.state.down
+            ]
         org = self.decisions.org
-        out = []
+        down = self.state.down
+        out = [Stalled(a, f"a restart: it crashed {self.state.crashes[a]} times and stays down") for a in sorted(down)]
         for a in agents:
+            if a.id in down:
+                continue
             waits = behaviour.awaiting(org, a.id, a.data, received[a.id])
             if waits is not None:
                 out.append(Stalled(a.id, waits))
@@ -267,6 +277,8 @@ def network_for(
     """The network delivery ``options`` ask for, or None when every message is to
     arrive at once and exactly once."""
     network, faults = options.network, options.faults
+    if network is not None:
+        network.group_machines(postman.org)  # a placement that does not fit is refused even with no latency
     if (network is None or network.instant) and (faults is None or not faults.active):
         return None
     decisions = FaultDecisions(options.seed, postman.org, network or NetworkModel(), faults or FaultSpec())

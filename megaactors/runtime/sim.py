@@ -41,7 +41,7 @@ from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter
 from megaactors.runtime.mailboxes import Mailboxes, gather
-from megaactors.runtime.net_delivery import network_for
+from megaactors.runtime.net_delivery import NetworkDelivery, network_for
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
@@ -108,6 +108,11 @@ class SimRuntime(SimQueues):
         """Events run so far (0 right after the start cascade)."""
         self.wall_s = 0.0
         """Wall time :meth:`run` has taken so far."""
+
+    @property
+    def network_delivery(self) -> NetworkDelivery | None:
+        """The network messages go through (None: each arrives at once, exactly once)."""
+        return self._net
 
     def _bind(self) -> None:
         """Short names for the interpreter's records (the hot path reads them)."""
