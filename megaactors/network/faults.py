@@ -129,6 +129,14 @@ class FaultSpec:
             any(rule.values()) for rule in self.channels.values()
         )
 
+    def may(self, kind: str) -> bool:
+        """Whether message fault ``kind`` has a non-zero probability anywhere."""
+        return bool(
+            getattr(self, kind)
+            or any(w.probabilities.get(kind) for w in self.windows)
+            or any(rule.get(kind) for rule in self.channels.values())
+        )
+
     def probability(self, kind: str, channel: str, now: float) -> float:
         """Probability of message fault ``kind`` for a copy sent on ``channel`` at
         ``now``: an open window's, else the channel's, else the spec's."""

@@ -120,11 +120,11 @@ class NetworkDelivery:
         self.faults = decisions.faults
         self.state = NetworkState()
         faults = self.faults
-        self.dedup = faults.dedup and (
-            bool(faults.duplicate)
-            or any("duplicate" in w.probabilities for w in faults.windows)
-            or any(rule.get("duplicate") for rule in faults.channels.values())
-        )
+        self._may = {kind: faults.may(kind) for kind in ("drop", "duplicate", "delay")}
+        """Which faults can happen at all (those that cannot are never drawn)."""
+        self._may["partition"] = bool(faults.partitions)
+        self._may["latency"] = not decisions.network.instant
+        self.dedup = faults.dedup and self._may["duplicate"]
 
     # ------------------------------------------------------------------ sending
 
@@ -133,27 +133,30 @@ class NetworkDelivery:
         stamp, now, sender, send_copy = self.postman.stamp, self.host.now, a.id, self.send_copy
         for send in a.outbox:
             for packet in stamp(sender, send, now):
-                for r in packet.recipients:
-                    send_copy(packet, r, 0)
+                first = packet.first_id
+                for i, r in enumerate(packet.recipients):
+                    send_copy(packet, r, 0, first + i)
         a.outbox = []
 
-    def send_copy(self, packet: Packet, recipient: int, attempt: int) -> None:
-        """Decide the fate of one copy sent now (``attempt`` 0 first, then re-sends)."""
-        host, decide, counts = self.host, self.decisions, self.state.counts
+    def send_copy(self, packet: Packet, recipient: int, attempt: int, mid: int | None = None) -> None:
+        """Decide the fate of one copy (message id ``mid``) sent now (``attempt`` 0
+        first, then re-sends). Kinds of fault that cannot happen are not drawn."""
+        host, decide, counts, may = self.host, self.decisions, self.state.counts, self._may
         now, channel = host.now, packet.channel
-        mid = packet.message_id(recipient)
-        if decide.partitioned(packet.sender, recipient, now):
+        if mid is None:
+            mid = packet.message_id(recipient)
+        if may["partition"] and decide.partitioned(packet.sender, recipient, now):
             self.lost("partition", packet, recipient, attempt)
             return
-        if decide.happens("drop", mid, recipient, attempt, channel, now):
+        if may["drop"] and decide.happens("drop", mid, recipient, attempt, channel, now):
             self.lost("drop", packet, recipient, attempt)
             return
-        latency = decide.latency(mid, recipient, attempt, channel, packet.sender)
-        if decide.happens("delay", mid, recipient, attempt, channel, now):
+        latency = decide.latency(mid, recipient, attempt, channel, packet.sender) if may["latency"] else 0.0
+        if may["delay"] and decide.happens("delay", mid, recipient, attempt, channel, now):
             counts["delay"] += 1
             latency += self.faults.delay_s
         self.arrive_after(latency, packet, recipient, attempt)
-        if decide.happens("duplicate", mid, recipient, attempt, channel, now):
+        if may["duplicate"] and decide.happens("duplicate", mid, recipient, attempt, channel, now):
             counts["duplicate"] += 1
             self.arrive_after(latency, packet, recipient, attempt)
 
