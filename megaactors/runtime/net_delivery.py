@@ -255,16 +255,13 @@ class NetworkDelivery:
     def stalled(self, agents: list[Agent], received: Any) -> list[Stalled]:
         """Agents whose behaviour says they still wait (``awaiting``), with what for;
         for a behaviour that cannot say, the agents with copies lost for good."""
-        behaviour = self.behaviour
+        behaviour, state = self.behaviour, self.state
+        down = state.down
+        out = [Stalled(a, f"a restart: it crashed {state.crashes[a]} times and stays down") for a in sorted(down)]
         if not isinstance(behaviour, ReportsWaiting):
-            lost = sorted(self.state.undelivered.items())
-            down = sorted(self.state.down)
-            return [Stalled(a, "a restart") for a in down] + [
-                Stalled(a, f"{n} message(s) lost for good") for a, n in lost if a not in self.state.down
-            ]
+            lost = sorted(state.undelivered.items())
+            return out + [Stalled(a, f"{n} message(s) lost for good") for a, n in lost if a not in down]
         org = self.decisions.org
-        down = self.state.down
-        out = [Stalled(a, f"a restart: it crashed {self.state.crashes[a]} times and stays down") for a in sorted(down)]
         for a in agents:
             if a.id in down:
                 continue
