@@ -361,3 +361,55 @@ def test_cli_network_options(capsys, tmp_path: Path):
     assert main([*argv, "--net-jitter", "0.01", "--faults", str(spec), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "ok" and out["faults"]["partition"] > 0
+
+
+# ---------------------------------------------------------------------- live runtimes
+
+
+def test_serial_asyncio_drops_and_repeats_the_copies_the_simulation_does():
+    from megaactors.runtime import RUNTIMES
+
+    spec = FaultSpec(drop=0.05, duplicate=0.1, recover=False)
+    results = [
+        RUNTIMES[name](
+            Organisation.two_tier(24, 6), ChatRound(rounds=2), seed=3, serial=True, time_scale=0.001, faults=spec
+        ).run()
+        for name in ("sim", "asyncio")
+    ]
+    sim, live = results
+    assert live.faults == sim.faults and sim.faults["drop"] > 0
+    assert live.status == sim.status == "stalled" and live.stalled == sim.stalled
+    assert list(live.ledger.per_agent["received"]) == list(sim.ledger.per_agent["received"])
+    assert live.states == sim.states
+
+
+@pytest.mark.parametrize("name", ["asyncio", "pykka"])
+def test_live_runtimes_drop_and_repeat_copies(name):
+    from megaactors.runtime import RUNTIMES
+
+    def live(spec):
+        return RUNTIMES[name](Organisation.two_tier(24, 6), ChatRound(), seed=1, time_scale=0.001, faults=spec).run()
+
+    dup = live(FaultSpec(duplicate=0.2, dedup=False))
+    assert dup.status == "ok" and dup.faults["duplicate"] > 0
+    assert delivered(dup) == dup.ledger.messages + dup.faults["duplicate"]
+    lossy = live(FaultSpec(drop=0.2, recover=False))
+    assert delivered(lossy) == lossy.ledger.messages - lossy.faults["drop"]
+    assert lossy.status == "stalled" and lossy.faults["drop"] > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "words"),
+    [
+        ("asyncio", {"faults": FaultSpec(crash=0.1)}, "crash need --runtime sim"),
+        ("pykka", {"faults": FaultSpec(drop=0.1)}, "recover (with drop: set recover=false)"),
+        ("asyncio", {"network": NetworkModel({"intra": 0.1})}, "network latency and machines need --runtime sim"),
+        ("step", {"faults": FaultSpec(duplicate=0.1)}, "does not inject faults"),
+    ],
+)
+def test_live_runtimes_refuse_what_they_cannot_do(name, options, words):
+    from megaactors.runtime import RUNTIMES
+
+    with pytest.raises(ParameterError) as info:
+        RUNTIMES[name](Organisation.two_tier(12, 4), ChatRound(), **options)
+    assert words in str(info.value)

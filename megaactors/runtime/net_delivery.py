@@ -36,11 +36,23 @@ from megaactors.network import FaultDecisions, FaultSpec, NetworkModel
 
 if TYPE_CHECKING:
     from megaactors.core.behaviour import Behaviour
+    from megaactors.core.organisation import Organisation
     from megaactors.runtime.options import RuntimeOptions
     from megaactors.runtime.postman import Postman
     from megaactors.runtime.result import RunResult
 
-__all__ = ["ARRIVE", "RESEND", "RESTART", "NetworkDelivery", "NetworkHost", "NetworkState", "Stalled", "network_for"]
+__all__ = [
+    "ARRIVE",
+    "RESEND",
+    "RESTART",
+    "NetworkDelivery",
+    "NetworkHost",
+    "NetworkState",
+    "Stalled",
+    "network_for",
+    "report",
+    "stalled_agents",
+]
 
 ARRIVE, RESEND, RESTART = 0, 1, 2
 """Kinds of network event: a copy arrives, a lost copy is sent again, an agent restarts."""
@@ -247,28 +259,38 @@ class NetworkDelivery:
 
     def report(self, result: RunResult, agents: list[Agent]) -> None:
         """Put the fault counts, the stalled agents and the status into ``result``."""
-        result.faults = dict(self.state.counts)
-        stalled = self.stalled(agents, result.ledger.per_agent["received"])
-        result.stalled = {s.agent: s.waits_for for s in stalled}
-        result.status = "stalled" if stalled else "ok"
+        report(result, self.behaviour, agents, self.state)
 
     def stalled(self, agents: list[Agent], received: Any) -> list[Stalled]:
-        """Agents whose behaviour says they still wait (``awaiting``), with what for;
-        for a behaviour that cannot say, the agents with copies lost for good."""
-        behaviour, state = self.behaviour, self.state
-        down = state.down
-        out = [Stalled(a, f"a restart: it crashed {state.crashes[a]} times and stays down") for a in sorted(down)]
-        if not isinstance(behaviour, ReportsWaiting):
-            lost = sorted(state.undelivered.items())
-            return out + [Stalled(a, f"{n} message(s) lost for good") for a, n in lost if a not in down]
-        org = self.decisions.org
-        for a in agents:
-            if a.id in down:
-                continue
+        """Agents whose work cannot finish, with what each waits for (:func:`stalled_agents`)."""
+        return stalled_agents(self.behaviour, self.decisions.org, agents, received, self.state)
+
+
+def stalled_agents(
+    behaviour: Behaviour, org: Organisation, agents: list[Agent], received: Any, state: NetworkState
+) -> list[Stalled]:
+    """Agents crashed for good, then those the behaviour says still wait
+    (:class:`~megaactors.core.behaviour.ReportsWaiting`); for a behaviour that cannot
+    say, the agents with copies lost for good."""
+    down = state.down
+    out = [Stalled(a, f"a restart: it crashed {state.crashes[a]} times and stays down") for a in sorted(down)]
+    if not isinstance(behaviour, ReportsWaiting):
+        lost = sorted(state.undelivered.items())
+        return out + [Stalled(a, f"{n} message(s) lost for good") for a, n in lost if a not in down]
+    for a in agents:
+        if a.id not in down:
             waits = behaviour.awaiting(org, a.id, a.data, received[a.id])
             if waits is not None:
                 out.append(Stalled(a.id, waits))
-        return out
+    return out
+
+
+def report(result: RunResult, behaviour: Behaviour, agents: list[Agent], state: NetworkState) -> None:
+    """Put the fault counts, the stalled agents and the status into ``result``."""
+    result.faults = dict(state.counts)
+    stalled = stalled_agents(behaviour, result.org, agents, result.ledger.per_agent["received"], state)
+    result.stalled = {s.agent: s.waits_for for s in stalled}
+    result.status = "stalled" if stalled else "ok"
 
 
 def network_for(
