@@ -233,7 +233,12 @@ class NetworkDelivery:
             return False
         state.crashes[aid] = state.crashes.get(aid, 0) + 1
         state.counts["crash"] += 1
-        faults = self.faults
+        faults, host = self.faults, self.host
+        if state.crashes[aid] > faults.restarts:  # restarted too often: it stays down
+            state.down[aid] = float("inf")
+        else:  # scheduled first: a re-send due at the same instant finds it up again
+            state.down[aid] = host.now + faults.restart_s
+            state.transit[host.schedule_network(host.now + faults.restart_s)] = (RESTART, aid)
         if faults.keep != "inbox":
             lost, a.inbox[:] = list(a.inbox), []
             for packet in lost:
@@ -241,12 +246,6 @@ class NetworkDelivery:
         if faults.keep == "nothing":
             a.data = self.behaviour.init(aid, self.decisions.org)
             a.memory.clear()
-        host = self.host
-        if state.crashes[aid] > faults.restarts:  # restarted too often: it stays down
-            state.down[aid] = float("inf")
-        else:
-            state.down[aid] = host.now + faults.restart_s
-            state.transit[host.schedule_network(host.now + faults.restart_s)] = (RESTART, aid)
         host.crashed(a)
         return True
 
