@@ -413,3 +413,24 @@ def test_live_runtimes_refuse_what_they_cannot_do(name, options, words):
     with pytest.raises(ParameterError) as info:
         RUNTIMES[name](Organisation.two_tier(12, 4), ChatRound(), **options)
     assert words in str(info.value)
+
+
+def test_results_of_an_earlier_version_load_with_the_network_parameters_at_their_defaults(tmp_path):
+    import csv
+    import io
+
+    from megaactors.experiments.result_rows import read_rows
+    from megaactors.experiments.sweep import run_sweep
+
+    run_sweep({"topology": "two-tier", "agents": 30, "group_size": 5}, tmp_path / "s", workers=1, progress=False)
+    rows = list(csv.reader(io.StringIO((tmp_path / "s" / "results.csv").read_text())))
+    new = {"net_latency", "net_jitter", "machines", "faults"}
+    keep = [i for i, column in enumerate(rows[0]) if column not in new]
+    old = io.StringIO()
+    csv.writer(old).writerows([[r[i] for i in keep] for r in rows])
+    (row,) = read_rows(io.StringIO(old.getvalue()), "old.csv")
+    assert (
+        row["net_jitter"] == 0.0
+        and row["faults"] == ""
+        and row["messages"] == expected_messages(Organisation.two_tier(30, 5))
+    )

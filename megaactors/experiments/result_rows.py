@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from megaactors.core.messages import CHANNELS
-from megaactors.experiments.spec import PARAMETERS, TOPOLOGIES
+from megaactors.experiments.spec import PARAMETERS, TOPOLOGIES, RunSpec
 from megaactors.safe_files import open_regular
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ def read_rows(f: IO[str], where: str | Path, *, newest: bool = False) -> list[di
         header = next(reader, None)
         if header is None:
             raise ResultsError(f"{where} is empty: expected a header line with columns {', '.join(COLUMNS[:4])}, …")
-        missing = [c for c in COLUMNS if c not in header]
+        missing = [c for c in COLUMNS if c not in header and c not in PARAMETERS]  # see _parse_row
         if missing:
             raise ResultsError(f"{where} line 1: not a results header; missing column(s) {', '.join(missing)}")
         if len(set(header)) != len(header):
@@ -187,6 +187,9 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
     if len(record) != len(header):
         raise ResultsError(f"{at}: {len(record)} fields, expected {len(header)} (one per header column)")
     raw = dict(zip(header, record, strict=True))
+    for name in PARAMETERS.keys() - raw.keys():  # a file of an earlier version: the parameter at its default
+        default = getattr(RunSpec, name)
+        raw[name] = "" if default is None else str(default)
     status = raw["status"]
     if status not in STATUSES:
         raise ResultsError(f"{at}: status {status!r} is not one of {', '.join(STATUSES)}")
