@@ -61,6 +61,7 @@ class SimRuntime(SimQueues):
     :class:`~megaactors.runtime.sim_state.SimObserver`)."""
 
     name = "sim"
+    applies_faults = True
 
     def __init__(
         self,
