@@ -23,6 +23,7 @@ DELAY_STREAM = 0x4E0003
 JITTER_STREAM = 0x4E0004
 CRASH_STREAM = 0x4E0005
 _ATTEMPT = 1 << 32
+_STREAMS = {"drop": DROP_STREAM, "duplicate": DUPLICATE_STREAM, "delay": DELAY_STREAM}
 
 
 class FaultDecisions:
@@ -38,6 +39,8 @@ class FaultDecisions:
         if network.machine_count is not None:
             machine_count = network.machine_count
         faults.check(org, machine_count)
+        self._fixed = None if faults.windows or faults.channels else {k: float(getattr(faults, k)) for k in _STREAMS}
+        """Probability of each message fault when no window or channel rule varies it."""
         self._partition_sides = [
             (p.start, p.end, frozenset(p.groups), frozenset(p.machines)) for p in faults.partitions
         ]
@@ -63,11 +66,9 @@ class FaultDecisions:
 
     def happens(self, kind: str, msg_id: int, recipient: int, attempt: int, channel: str, now: float) -> bool:
         """Whether message fault ``kind`` (drop, duplicate, delay) hits the copy."""
-        p = self.faults.probability(kind, channel, now)
-        if not p:
-            return False
-        stream = DROP_STREAM if kind == "drop" else DUPLICATE_STREAM if kind == "duplicate" else DELAY_STREAM
-        return self._draw(msg_id, recipient, attempt, stream) < p
+        fixed = self._fixed
+        p = fixed[kind] if fixed is not None else self.faults.probability(kind, channel, now)
+        return bool(p) and stream_uniform(self.seed, msg_id, recipient + attempt * _ATTEMPT, _STREAMS[kind]) < p
 
     def crashes(self, agent: int, batch_index: int) -> bool:
         """Whether ``agent`` crashes as it takes its ``batch_index``-th batch."""
