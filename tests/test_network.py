@@ -434,3 +434,19 @@ def test_results_of_an_earlier_version_load_with_the_network_parameters_at_their
         and row["faults"] == ""
         and row["messages"] == expected_messages(Organisation.two_tier(30, 5))
     )
+
+
+def test_megaagent_recovers_from_lost_and_repeated_copies_and_reports_a_stall():
+    from megaactors.megaagent.scenarios import GOBANG
+
+    def once(spec):
+        return SimRuntime(GOBANG.organisation(), GOBANG.behaviour(1), GOBANG.llm(1), seed=1, faults=spec).run()
+
+    base = SimRuntime(GOBANG.organisation(), GOBANG.behaviour(1), GOBANG.llm(1), seed=1).run()
+    recovered = once(FaultSpec(drop=0.05, duplicate=0.1))
+    assert recovered.status == "ok" and recovered.faults["resent"] == recovered.faults["drop"] > 0
+    assert recovered.ledger.messages == base.ledger.messages
+    cut = once(FaultSpec(drop=0.1, recover=False))
+    assert cut.status == "stalled"
+    assert cut.faults["undelivered"] == cut.faults["drop"] > 0
+    assert cut.stalled and all("lost for good" in w for w in cut.stalled.values())
