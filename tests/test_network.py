@@ -450,3 +450,16 @@ def test_megaagent_recovers_from_lost_and_repeated_copies_and_reports_a_stall():
     assert cut.status == "stalled"
     assert cut.faults["undelivered"] == cut.faults["drop"] > 0
     assert cut.stalled and all("lost for good" in w for w in cut.stalled.values())
+
+
+def test_groups_formed_during_a_run_are_placed_round_robin():
+    from megaactors.network import FaultDecisions
+
+    org = Organisation.star(4)  # the hub recruits: its new group is group 0, beyond the 0 placed
+    decisions = FaultDecisions(0, org, NetworkModel(cross_s=0.1, machines=(), machine_count=3), FaultSpec())
+    two = Organisation.two_tier(6, 3)
+    placed = FaultDecisions(0, two, NetworkModel(cross_s=0.1, machines=(), machine_count=2), FaultSpec())
+    two.recruit(1)  # agent 1 (a member of group 0) forms group 2
+    assert [placed.machine(a) for a in range(two.n)] == [0, 0, 0, 1, 1, 1, 2 % 2]
+    recruit = org.recruit(0)
+    assert decisions.machine(recruit) == decisions.machine(0) == 0

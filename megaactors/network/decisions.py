@@ -38,6 +38,7 @@ class FaultDecisions:
         machine_count = max(self.group_machine, default=0) + 1
         if network.machine_count is not None:
             machine_count = network.machine_count
+        self.machine_count = machine_count
         faults.check(org, machine_count)
         self._fixed = None if faults.windows or faults.channels else {k: float(getattr(faults, k)) for k in _STREAMS}
         """Probability of each message fault when no window or channel rule varies it."""
@@ -47,10 +48,13 @@ class FaultDecisions:
 
     def machine(self, agent: int) -> int:
         """The machine ``agent`` runs on (0 without machines)."""
-        if not self.group_machine:
+        placed = self.group_machine
+        if not placed:
             return 0
         group = self.org.member_group[agent]
-        return self.group_machine[group] if group >= 0 else 0
+        if group < 0:
+            return 0
+        return placed[group] if group < len(placed) else group % self.machine_count  # a group formed during the run
 
     def _draw(self, msg_id: int, recipient: int, attempt: int, stream: int) -> float:
         return stream_uniform(self.seed, msg_id, recipient + attempt * _ATTEMPT, stream)
