@@ -39,12 +39,12 @@ def delivered(result):
 def test_latency_and_machines_parse():
     assert parse_latency("intra=0.005,admin=0.05,cross=0.1") == ({"intra": 0.005, "admin": 0.05}, 0.1)
     assert parse_latency("0.2") == ({"intra": 0.2, "admin": 0.2, "hierarchy": 0.2}, 0.2)
-    assert parse_machines("3") == ((), 3)
+    assert parse_machines("3") == (None, 3)
     assert parse_machines("0,0,1") == ((0, 0, 1), None)
 
 
 def test_lookahead_is_the_cross_machine_minimum():
-    assert NetworkModel({"intra": 0.01}, cross_s=0.07, machines=(), machine_count=4).lookahead_s == 0.07
+    assert NetworkModel({"intra": 0.01}, cross_s=0.07, machine_count=4).lookahead_s == 0.07
     assert NetworkModel({"intra": 0.01, "admin": 0.02, "hierarchy": 0.03}).lookahead_s == 0.01
 
 
@@ -75,10 +75,10 @@ def test_uniform_latency_shifts_a_full_tree_by_two_hops_per_level():
 
 def test_cross_machine_messages_take_the_cross_latency():
     org = Organisation.star(5)  # hub and spokes in no group: all on machine 0
-    net = NetworkModel({"hierarchy": 0.0}, cross_s=1.0, machines=(), machine_count=2)
+    net = NetworkModel({"hierarchy": 0.0}, cross_s=1.0, machine_count=2)
     assert run(org, network=net).ledger.virtual_time_s == run(Organisation.star(5)).ledger.virtual_time_s
     two = Organisation.two_tier(8, 4)
-    far = run(two, network=NetworkModel(cross_s=20.0, machines=(), machine_count=2))
+    far = run(two, network=NetworkModel(cross_s=20.0, machine_count=2))
     near = run(Organisation.two_tier(8, 4), network=NetworkModel(cross_s=20.0, machines=(0, 0)))
     assert near.ledger.virtual_time_s == run(Organisation.two_tier(8, 4)).ledger.virtual_time_s
     assert far.ledger.virtual_time_s > 20.0 > near.ledger.virtual_time_s
@@ -180,7 +180,7 @@ def test_a_partition_delays_the_run_until_it_heals():
 
 def test_same_seed_same_faults():
     spec = parse_faults("drop=0.05,duplicate=0.05,delay=0.1,crash=0.05,restart_s=2")
-    net = NetworkModel({"intra": 0.01, "admin": 0.05}, cross_s=0.05, jitter_s=0.02, machines=(), machine_count=3)
+    net = NetworkModel({"intra": 0.01, "admin": 0.05}, cross_s=0.05, jitter_s=0.02, machine_count=3)
 
     def once(seed):
         return same(run(Organisation.two_tier(40, 5), rounds=2, seed=seed, faults=spec, network=net).summary())
@@ -313,7 +313,7 @@ def test_partition_naming_missing_groups_or_machines():
         run(
             Organisation.two_tier(20, 5),
             faults=FaultSpec(partitions=(Partition(0, 1, machines=(2,)),)),
-            network=NetworkModel(machines=(), machine_count=2),
+            network=NetworkModel(machine_count=2),
         )
 
 
@@ -456,9 +456,9 @@ def test_groups_formed_during_a_run_are_placed_round_robin():
     from megaactors.network import FaultDecisions
 
     org = Organisation.star(4)  # the hub recruits: its new group is group 0, beyond the 0 placed
-    decisions = FaultDecisions(0, org, NetworkModel(cross_s=0.1, machines=(), machine_count=3), FaultSpec())
+    decisions = FaultDecisions(0, org, NetworkModel(cross_s=0.1, machine_count=3), FaultSpec())
     two = Organisation.two_tier(6, 3)
-    placed = FaultDecisions(0, two, NetworkModel(cross_s=0.1, machines=(), machine_count=2), FaultSpec())
+    placed = FaultDecisions(0, two, NetworkModel(cross_s=0.1, machine_count=2), FaultSpec())
     two.recruit(1)  # agent 1 (a member of group 0) forms group 2
     assert [placed.machine(a) for a in range(two.n)] == [0, 0, 0, 1, 1, 1, 2 % 2]
     recruit = org.recruit(0)

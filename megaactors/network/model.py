@@ -39,9 +39,10 @@ class NetworkModel:
     jitter_s: float = 0.0
     """Upper bound of the uniform extra latency of each copy."""
     machines: tuple[int, ...] | None = None
-    """Machine of each group (None: every group on one machine)."""
+    """Machine of each group (None: round-robin on :attr:`machine_count` machines, or
+    every group on one machine)."""
     machine_count: int | None = None
-    """How many machines there are (``--machines K``)."""
+    """Groups placed round-robin on this many machines (``--machines K``)."""
 
     def __post_init__(self) -> None:
         for channel, value in self.latency_s.items():
@@ -56,23 +57,28 @@ class NetworkModel:
         """The least latency of a message between two machines (the lookahead of a
         simulation sharded by machine); the least latency of any message when every
         group is on one machine."""
-        if self.machines is not None:
+        if self.placed:
             return self.cross_s
         return min((self.latency_s.get(c, 0.0) for c in CHANNELS), default=0.0)
 
     @property
     def instant(self) -> bool:
         """True when every message arrives at once (no latency, no jitter)."""
-        return not self.jitter_s and not any(self.latency_s.values()) and (self.machines is None or not self.cross_s)
+        return not self.jitter_s and not any(self.latency_s.values()) and (not self.placed or not self.cross_s)
+
+    @property
+    def placed(self) -> bool:
+        """Whether groups are placed on machines."""
+        return self.machines is not None or self.machine_count is not None
 
     def group_machines(self, org: Organisation) -> list[int]:
         """The machine of every group of ``org`` (empty without machines), checked
         against its groups."""
-        if self.machines is None:
-            return []
         count = len(org.groups)
         if self.machine_count is not None:
             return [g % self.machine_count for g in range(count)]
+        if self.machines is None:
+            return []
         if len(self.machines) != count:
             raise ParameterError(f"machines: {len(self.machines)} group(s) placed but the organisation has {count}")
         return list(self.machines)
@@ -132,5 +138,5 @@ def parse_machines(text: str) -> tuple[tuple[int, ...] | None, int | None]:
     if len(items) == 1 and "," not in text:
         if items[0] < 1:
             raise ParameterError(f"machines: the machine count must be >= 1, got {items[0]}")
-        return (), items[0]
+        return None, items[0]
     return tuple(items), None
