@@ -49,6 +49,10 @@ IGNORED_BY: dict[str, tuple[str, ...]] = {
 
 STATUSES = ("ok", "error", "skipped")
 
+ADDED_PARAMETERS = ("net_latency", "net_jitter", "machines", "faults")
+"""Parameters added after results files were first written: a file without their
+columns has them at their defaults."""
+
 # column name -> kind: str, int, float, bool, int? (may be empty), json
 _PARAM_KINDS = {
     name: ("int?" if p.optional or name in IGNORED_BY else "int")
@@ -149,7 +153,7 @@ def read_rows(f: IO[str], where: str | Path, *, newest: bool = False) -> list[di
         header = next(reader, None)
         if header is None:
             raise ResultsError(f"{where} is empty: expected a header line with columns {', '.join(COLUMNS[:4])}, …")
-        missing = [c for c in COLUMNS if c not in header and c not in PARAMETERS]  # see _parse_row
+        missing = [c for c in COLUMNS if c not in header and c not in ADDED_PARAMETERS]
         if missing:
             raise ResultsError(f"{where} line 1: not a results header; missing column(s) {', '.join(missing)}")
         if len(set(header)) != len(header):
@@ -187,7 +191,7 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
     if len(record) != len(header):
         raise ResultsError(f"{at}: {len(record)} fields, expected {len(header)} (one per header column)")
     raw = dict(zip(header, record, strict=True))
-    for name in PARAMETERS.keys() - raw.keys():  # a file of an earlier version: the parameter at its default
+    for name in [p for p in ADDED_PARAMETERS if p not in raw]:  # a file of an earlier version: at its default
         default = getattr(RunSpec, name)
         raw[name] = "" if default is None else str(default)
     status = raw["status"]
@@ -201,7 +205,8 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
         if text == "":
             if not optional:
                 raise ResultsError(f"{at}: column {name!r} is empty")
-            row[name] = "" if kind == "str" else None
+            unset = kind != "str" or (name in PARAMETERS and PARAMETERS[name].optional)  # an unset text parameter
+            row[name] = None if unset else ""
             continue
         try:
             row[name] = _parse(text, kind)
