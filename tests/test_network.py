@@ -431,7 +431,7 @@ def test_results_of_an_earlier_version_load_with_the_network_parameters_at_their
     (row,) = read_rows(io.StringIO(old.getvalue()), "old.csv")
     assert (
         row["net_jitter"] == 0.0
-        and row["faults"] == ""
+        and row["faults"] is None
         and row["messages"] == expected_messages(Organisation.two_tier(30, 5))
     )
 
