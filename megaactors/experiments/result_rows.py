@@ -66,8 +66,8 @@ _PARAM_KINDS = {
 }
 _PARAM_KINDS.update(behaviour_params="json-text", behaviour_version="str")
 _DEFAULTS = RunSpec().as_dict()
-ADDED_COLUMNS = ("degree", "rewire", "behaviour", "price_in", "price_out", "behaviour_params", "behaviour_version")
-ADDED_COLUMNS += ("net_latency", "net_jitter", "machines", "faults")
+ADDED_COLUMNS: tuple[str, ...] = ("degree", "rewire", "behaviour", "price_in", "price_out", "behaviour_params")
+ADDED_COLUMNS += ("behaviour_version", "net_latency", "net_jitter", "machines", "faults")
 """Parameter columns that results files written before them lack: read as their defaults."""
 FIGURE_KINDS: dict[str, str] = {
     "groups": "int",
