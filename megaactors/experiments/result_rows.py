@@ -66,7 +66,8 @@ _PARAM_KINDS = {
 }
 _PARAM_KINDS.update(behaviour_params="json-text", behaviour_version="str")
 _DEFAULTS = RunSpec().as_dict()
-ADDED_COLUMNS = ("degree", "rewire", "behaviour", "price_in", "price_out", "behaviour_params", "behaviour_version")
+ADDED_COLUMNS: tuple[str, ...] = ("degree", "rewire", "behaviour", "price_in", "price_out", "behaviour_params")
+ADDED_COLUMNS += ("behaviour_version", "net_latency", "net_jitter", "machines", "faults")
 """Parameter columns that results files written before them lack: read as their defaults."""
 FIGURE_KINDS: dict[str, str] = {
     "groups": "int",
@@ -226,7 +227,8 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
         if text == "":
             if not optional:
                 raise ResultsError(f"{at}: column {name!r} is empty")
-            row[name] = "" if kind == "str" else None
+            unset = kind != "str" or (name in PARAMETERS and PARAMETERS[name].optional)  # an unset text parameter
+            row[name] = None if unset else ""
             continue
         try:
             row[name] = _parse(text, kind)

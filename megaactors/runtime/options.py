@@ -25,6 +25,7 @@ from megaactors.errors import ParameterError
 if TYPE_CHECKING:
     from megaactors.core.ledger import Ledger
     from megaactors.core.organisation import Organisation
+    from megaactors.network import FaultSpec, NetworkModel
     from megaactors.runtime.result import RunResult
 
 __all__ = ["DEFAULT_TIME_SCALE", "Runtime", "RuntimeFactory", "RuntimeOptions"]
@@ -51,6 +52,10 @@ class RuntimeOptions:
     time_scale: float | None = None
     """Live runtimes: wall seconds per virtual second (None: :data:`DEFAULT_TIME_SCALE`).
     Runtimes in virtual time ignore it."""
+    network: NetworkModel | None = None
+    """Delivery latency per channel and placement on machines (None: instantaneous)."""
+    faults: FaultSpec | None = None
+    """Seeded faults and recovery (None: none; see :mod:`megaactors.network.faults`)."""
 
     def __post_init__(self) -> None:
         cap = self.max_concurrent_llm

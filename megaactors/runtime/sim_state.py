@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from megaactors.core.trace import Trace
     from megaactors.runtime.events import Event
     from megaactors.runtime.mailboxes import Mailboxes
+    from megaactors.runtime.net_delivery import NetworkState
 
 __all__ = ["START", "LLMInFlight", "SimObserver", "SimState", "ToolInFlight"]
 
@@ -116,6 +117,9 @@ class SimState:
     trace: Trace | None
     wall_s: float
     """Wall time the run has taken so far."""
+    network: NetworkState | None = None
+    """Copies in flight, crashed agents, seen ids and fault counts (a run through a
+    network: see :mod:`megaactors.runtime.net_delivery`)."""
 
 
 class SimObserver(RunObserver, Protocol):
