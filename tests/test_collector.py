@@ -12,6 +12,7 @@ import pytest
 
 from megaactors import AgentState, RunSpec, SimRuntime
 from megaactors.cli import main
+from megaactors.cli.run import with_status
 from megaactors.experiments.collector import (
     AGENT_VARIABLES,
     MODEL_VARIABLES,
@@ -152,7 +153,7 @@ def test_run_collect_writes_the_series_of_the_run_it_reports(tmp_path: Path, cap
     assert model["cost_usd"].iloc[-1] == pytest.approx(summary["cost_usd"])
     assert model["time"].iloc[-1] == pytest.approx(summary["virtual_time_s"])
     assert len(agents) == 40 * len(model)
-    plain = RunSpec(topology="star", agents=40, seed=4).execute().summary()
+    plain = with_status(RunSpec(topology="star", agents=40, seed=4).execute().summary())  # as `run --json` prints it
     assert {k: v for k, v in summary.items() if k != "wall_s"} == {k: v for k, v in plain.items() if k != "wall_s"}
     assert main(["run", "--agents", "12", "--collect", str(tmp_path / "e.csv"), "--collect-every", "5"]) == 0
     assert set(pd.read_csv(tmp_path / "e.csv")["events"].diff().dropna().iloc[:-1]) == {5}

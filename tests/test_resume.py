@@ -241,8 +241,11 @@ def _past_first_checkpoint(db: str, run_id: str, proc: subprocess.Popen[str], li
 
 
 def _strip(out: str) -> dict[str, Any]:
+    """A printed summary without its wall time, and without the status ``run --json``
+    adds (a checkpointed run has no network: it is ``ok``, with no faults)."""
     summary = json.loads(out)
     summary.pop("wall_s")
+    assert summary.pop("status", "ok") == "ok" and not summary.pop("faults", {}) and not summary.pop("stalled", {})
     return summary
 
 

@@ -33,7 +33,7 @@ from megaactors.core.llm import LLMReply
 from megaactors.core.messages import ADMIN, HIERARCHY, INTRA, Batch
 from megaactors.core.organisation import Organisation
 
-__all__ = ["TEXT_BYTES", "ChatRound", "expected_messages", "mesh_channels", "mesh_degree"]
+__all__ = ["TEXT_BYTES", "ChatRound", "expected_messages", "expected_receipts", "mesh_channels", "mesh_degree"]
 
 
 _TEXT = (
@@ -75,6 +75,16 @@ def expected_messages(org: Organisation, rounds: int = 1) -> int:
     if org.kind in ("star", "hierarchy"):
         return 2 * (org.n - 1) * rounds
     return rounds * sum(len(peers) for a in range(org.n) for _, peers in mesh_channels(org, a))
+
+
+def expected_receipts(org: Organisation, agent: int, rounds: int = 1) -> int:
+    """How many messages ``agent`` receives in ``rounds`` complete chat rounds."""
+    if org.kind == "star":
+        return rounds * (org.n - 1) if agent == org.boss else rounds
+    if org.kind == "hierarchy":
+        children = len(org.children.get(agent, []))
+        return rounds * (children + (agent != org.boss))
+    return rounds * mesh_degree(org, agent)
 
 
 class ChatRound:
@@ -177,11 +187,19 @@ class ChatRound:
             raise ValueError(f"a call of {reply.tokens_in} prompt tokens can never fit the provider's token limit")
         return self._compose
 
+    def awaiting(self, org: Organisation, agent: int, state: list[Any], received: int) -> str | None:
+        """What ``agent`` still waits for once a run is over: the messages of its
+        rounds it never received (a run through a lossy network may end so)."""
+        expected = expected_receipts(org, agent, self.rounds)
+        if received >= expected:
+            return None
+        return f"{expected - received} more message(s) of {self.rounds} round(s) (received {received} of {expected})"
+
     # ------------------------------------------------------------------ per organisation kind
 
     def _star_batch(self, ctx: AgentContext, state: list[Any], batch: Batch) -> None:
         if ctx.agent == ctx.org.boss:
-            state[_SENDERS] = [m.sender for m in batch]
+            state[_SENDERS] = list(dict.fromkeys(m.sender for m in batch))  # a repeated ask is answered once
             state[_ROUND] = batch[-1].payload[0]
             state[_TODO] = _ANSWER
             return

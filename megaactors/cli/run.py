@@ -59,19 +59,28 @@ def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     check_budget(args, [spec])
     if args.collect is not None or args.collect_every is not None:
-        summary = run_collected(args, spec)
+        summary = with_status(run_collected(args, spec))
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
     if args.db or args.run_id:
-        summary = run_checkpointed(args, spec)
+        summary = with_status(run_checkpointed(args, spec))
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
     options: dict[str, Any] = {}
     if args.time_scale is not None:
         options["time_scale"] = args.time_scale  # a RuntimeOptions field: runtimes in virtual time ignore it
-    summary = spec.execute(**options).summary()
+    summary = with_status(spec.execute(**options).summary())
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     return 0
+
+
+def with_status(summary: dict[str, Any]) -> dict[str, Any]:
+    """``summary`` with ``status`` (``ok`` or ``stalled``), ``faults`` (counts by kind)
+    and ``stalled`` (agent -> what it waits for), empty for a run without a network."""
+    summary.setdefault("status", "ok")
+    summary.setdefault("faults", {})
+    summary.setdefault("stalled", {})
+    return summary
 
 
 def run_collected(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
@@ -123,4 +132,13 @@ def format_summary(s: dict[str, Any]) -> str:
             f"{s['llm_timeouts']:,} timeouts; {s['retries']:,} retries ({s['llm_wait_s']:.1f} s backing off), "
             f"{s['failed_llm_calls']:,} failed calls"
         )
+    faults = {kind: n for kind, n in s.get("faults", {}).items() if n}
+    if faults or s.get("status", "ok") != "ok":
+        lines.append(f"  status        {s['status']}")
+        lines.append("  faults        " + (", ".join(f"{kind} {n:,}" for kind, n in faults.items()) or "none"))
+    stalled = list(s.get("stalled", {}).items())
+    for agent, waits in stalled[:5]:
+        lines.append(f"  stalled       agent {agent} waits for {waits}")
+    if len(stalled) > 5:
+        lines.append(f"  stalled       ... and {len(stalled) - 5:,} more agent(s)")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from megaactors.errors import BehaviourError
 
@@ -30,6 +30,7 @@ __all__ = [
     "Effects",
     "LLMRequest",
     "OrganisationCheck",
+    "ReportsWaiting",
     "Send",
     "ToolBehaviour",
     "ToolCall",
@@ -166,6 +167,17 @@ class ToolBehaviour(Behaviour, Protocol):
 
     def on_tool(self, ctx: AgentContext, state: Any, result: ToolResult) -> Effects:
         """A tool call finished; what next (another call keeps the agent Processing)."""
+        ...
+
+
+@runtime_checkable
+class ReportsWaiting(Protocol):
+    """A behaviour that can say what an agent still waits for once a run is over
+    (a run through a faulty network reports such agents as stalled)."""
+
+    def awaiting(self, org: Organisation, agent: int, state: Any, received: int) -> str | None:
+        """What ``agent`` (in ``state``, having taken ``received`` messages) still
+        waits for, in a few words; None if its work is done."""
         ...
 
 

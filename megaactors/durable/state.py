@@ -175,6 +175,8 @@ class DurableSim(SimRuntime):
         super().__init__(org, behaviour, llm, options, observer=self.tracker, **option_fields)
         if not isinstance(self.llm, SimulatedLLM):
             raise StateError(f"a durable run needs the seeded simulated LLM, not {type(self.llm).__name__}")
+        if self.network_delivery is not None:
+            raise StateError("a checkpointed run cannot have a network with latency or faults yet")
         self._llm_at_mark = np.zeros(0, dtype=bool)
         """Which agents had an LLM call in flight at the last description."""
         self._shadow_started: set[int] = set()

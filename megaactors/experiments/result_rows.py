@@ -69,7 +69,7 @@ _DEFAULTS = RunSpec().as_dict()
 ADDED_COLUMNS = (
     *("degree", "rewire", "behaviour", "price_in", "price_out", "behaviour_params", "behaviour_version"),
     *("prefill_s_per_token", "llm_model", "rpm", "tpm", "limit_scope", "max_retries", "llm_failure_rate"),
-    "llm_timeout_s",
+    *("llm_timeout_s", "net_latency", "net_jitter", "machines", "faults"),
 )
 """Parameter columns that results files written before them lack: read as their defaults."""
 FIGURE_KINDS: dict[str, str] = {
@@ -230,7 +230,8 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
         if text == "":
             if not optional:
                 raise ResultsError(f"{at}: column {name!r} is empty")
-            row[name] = "" if kind == "str" else None
+            unset = kind != "str" or (name in PARAMETERS and PARAMETERS[name].optional)  # an unset text parameter
+            row[name] = None if unset else ""
             continue
         try:
             row[name] = _parse(text, kind)

@@ -15,6 +15,7 @@ from megaactors.core.llm import PRICES, LatencyModel, Price, SimulatedLLM, Token
 from megaactors.core.organisation import GRAPH_PREFIX, Organisation
 from megaactors.errors import OrganisationError, ParameterError
 from megaactors.experiments.closed_forms import OPTIMAL, optimal_group_size
+from megaactors.network import FaultSpec, NetworkModel, parse_faults, parse_latency, parse_machines
 from megaactors.providers.limits import LIMIT_SCOPES, ProviderModel
 from megaactors.providers.presets import latency_model
 from megaactors.validation import Param, declared, param
@@ -107,6 +108,14 @@ class RunSpec:
     behaviour_version: str | None = field(default=None, compare=False)
     """The behaviour's version when the run was made (:mod:`~megaactors.behaviours.registry`);
     a spec with another version than the installed one is refused."""
+    net_latency: str | None = param(
+        None, "delivery latency: CHANNEL=SECONDS,... (intra, admin, hierarchy, cross) or one number for all", unit="s"
+    )
+    net_jitter: float = param(0.0, "uniform extra delivery latency of each copy", unit="s", minimum=0, maximum=86_400)
+    machines: str | None = param(None, "machines: K (groups round-robin) or each group's machine, as 0,0,1,1")
+    faults: str | None = param(
+        None, "faults: drop=P,duplicate=P,delay=P,crash=P,... or a .toml/.json file (see the README)"
+    )
 
     def __post_init__(self) -> None:
         for name, declaration in PARAMETERS.items():
@@ -136,6 +145,8 @@ class RunSpec:
         if self.llm_model is not None:
             latency_model(self.llm_model)  # an unknown preset or a bad file is refused now
         self.provider().check_call_size(TokenModel().system_tokens + self.output_tokens)
+        self.network()
+        self.fault_spec()
 
     @classmethod
     def from_dict(cls, params: dict[str, Any]) -> RunSpec:
@@ -232,6 +243,19 @@ class RunSpec:
                 "checkpointed and queued runs do not take rpm, tpm, llm_failure_rate or llm_timeout_s yet"
             )
 
+    def network(self) -> NetworkModel | None:
+        """The network ``net_latency``, ``net_jitter`` and ``machines`` describe (None:
+        every message arrives at once)."""
+        if self.net_latency is None and not self.net_jitter and self.machines is None:
+            return None
+        latency, cross = parse_latency(self.net_latency) if self.net_latency is not None else ({}, 0.0)
+        machines, count = parse_machines(self.machines) if self.machines is not None else (None, None)
+        return NetworkModel(latency, cross, self.net_jitter, machines, count)
+
+    def fault_spec(self) -> FaultSpec | None:
+        """The faults ``faults`` describes (None: none)."""
+        return None if self.faults is None else parse_faults(self.faults)
+
     def build(self, **runtime_options: Any) -> Any:
         """The chosen runtime over this organisation and chat round, not yet started
         (to step it, e.g. with a :class:`~megaactors.experiments.collector.DataCollector`);
@@ -250,8 +274,18 @@ class RunSpec:
             serial=self.serial,
             trace=self.trace,
             provider=self.provider(),
+            **self._network_options(),
             **runtime_options,
         )
+
+    def _network_options(self) -> dict[str, Any]:
+        network, faults = self.network(), self.fault_spec()
+        options: dict[str, Any] = {}
+        if network is not None:
+            options["network"] = network
+        if faults is not None:
+            options["faults"] = faults
+        return options
 
     def execute(self, **runtime_options: Any) -> RunResult:
         """Build the organisation and run the chat round on the chosen runtime;

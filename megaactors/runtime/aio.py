@@ -131,6 +131,7 @@ class AsyncioRuntime(LiveRuntime):
     """Runs a behaviour over an organisation with one asyncio task per agent."""
 
     name = "asyncio"
+    applies_faults = True
 
     def __init__(
         self,
@@ -367,6 +368,9 @@ class AsyncioRuntime(LiveRuntime):
         as a packet reference into each recipient's private in-queue; what is for
         agents of other processes goes through the router."""
         postman, now, sender, router = self.postman, self.now(), a.id, self.router
+        if self.live_faults is not None:
+            self._deliver_copies(a, now)
+            return
         mail = self.mailboxes
         stamp, post, compact = postman.stamp, mail.post, mail.compact  # type: ignore[union-attr]
         inboxes, dirty = self.inboxes, self._dirty
@@ -386,6 +390,19 @@ class AsyncioRuntime(LiveRuntime):
                     recipients = router.forward(packet, False)
                 _consume(map(_append, map(inboxes.__getitem__, recipients), repeat(packet)))
                 dirty.update(recipients)
+        a.outbox = []
+        self.wake_soon()
+
+    def _deliver_copies(self, a: Agent, now: float) -> None:
+        """Flush the out-queue copy by copy through :attr:`live_faults` (into private
+        in-queues: a copy may be dropped or repeated for one recipient of a broadcast)."""
+        if self.router is not None:
+            raise ParameterError("faults need a single-process asyncio run (no shards)")
+        stamp, sender, inboxes, dirty = self.postman.stamp, a.id, self.inboxes, self._dirty
+        packets = [packet for send in a.outbox for packet in stamp(sender, send, now)]
+        for packet, r in self.live_faults.copies(packets, now):  # type: ignore[union-attr]
+            inboxes[r].append(packet)
+            dirty.add(r)
         a.outbox = []
         self.wake_soon()
 

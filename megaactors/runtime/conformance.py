@@ -36,6 +36,7 @@ from megaactors.core.llm import LatencyModel, SimulatedLLM
 from megaactors.core.messages import INTRA
 from megaactors.core.organisation import Organisation
 from megaactors.errors import BehaviourError, RouteError
+from megaactors.network import FaultSpec
 from megaactors.providers.limits import ProviderModel
 from megaactors.runtime.options import RuntimeFactory, RuntimeOptions
 from megaactors.runtime.result import RunResult
@@ -372,3 +373,18 @@ class RuntimeConformance:
         assert ref.ledger.rate_limited > 0  # the limit binds (where the live runtimes' clocks may differ)
         # no more calls answered than the bucket holds plus what it refilled
         assert got.ledger.llm_calls <= 30 + got.ledger.virtual_time_s / 2 + 1
+
+    def test_repeated_copies_are_ignored_and_lost_ones_counted(self, runtime: RuntimeFactory) -> None:
+        """With faults (a runtime that injects them): duplicates ignored by message id
+        leave the run as it was; copies dropped for good are exactly the ones missing."""
+        if not getattr(runtime, "applies_faults", False):
+            pytest.skip("this runtime does not inject faults")
+        ref = run(runtime, Organisation.two_tier(24, 6), ChatRound(2), 5)
+        dup = run(runtime, Organisation.two_tier(24, 6), ChatRound(2), 5, faults=FaultSpec(duplicate=0.3))
+        assert dup.faults is not None and dup.faults["duplicates_ignored"] == dup.faults["duplicate"] > 0
+        assert list(dup.ledger.per_agent["received"]) == list(ref.ledger.per_agent["received"])
+        assert dup.states == ref.states and dup.status == "ok"
+        lossy = run(runtime, Organisation.two_tier(24, 6), ChatRound(2), 5, faults=FaultSpec(drop=0.1, recover=False))
+        assert lossy.faults is not None and lossy.faults["drop"] > 0
+        assert sum(lossy.ledger.per_agent["received"]) == lossy.ledger.messages - lossy.faults["drop"]
+        assert lossy.status == "stalled" and lossy.stalled

@@ -53,6 +53,7 @@ from megaactors.providers.limits import Answered, CallFailed
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter
+from megaactors.runtime.live_faults import live_faults_for
 from megaactors.runtime.options import DEFAULT_TIME_SCALE, RuntimeOptions
 from megaactors.runtime.result import RunResult
 
@@ -132,6 +133,8 @@ class LiveRuntime(ABC):
     """Options, the interpreter and the agent cycle common to every live runtime."""
 
     name = "live"
+    applies_faults = False
+    """Whether its delivery passes packets through :attr:`live_faults` (else faults are refused)."""
 
     def __init__(
         self,
@@ -160,6 +163,8 @@ class LiveRuntime(ABC):
         self.agents, self.ledger, self.trace, self.postman, self.tools = (
             core.agents, core.ledger, core.trace, core.postman, core.tools,
         )  # fmt: skip
+        self.live_faults = live_faults_for(options, org, behaviour, self.name, self.applies_faults)
+        """Drops and repeats copies (None: none; see :mod:`megaactors.runtime.live_faults`)."""
         self.async_llm = is_async_llm(self.llm)
         self.asks_llm = self.async_llm
         """Whether a call is an :class:`Ask` (the LLM answers by itself) rather than drawn
@@ -434,4 +439,7 @@ class LiveRuntime(ABC):
         scale; ``wall_s`` is the whole of ``run()`` (setting up and tearing down
         included)."""
         virtual = max(0.0, self._end - self._t0) / self.time_scale
-        return self.core.result(self.name, virtual, self.wall_s, map(self.queued, self.agents))
+        result = self.core.result(self.name, virtual, self.wall_s, map(self.queued, self.agents))
+        if self.live_faults is not None:
+            self.live_faults.report(result, self.agents)
+        return result

@@ -25,6 +25,7 @@ from megaactors.errors import ParameterError
 if TYPE_CHECKING:
     from megaactors.core.ledger import Ledger
     from megaactors.core.organisation import Organisation
+    from megaactors.network import FaultSpec, NetworkModel
     from megaactors.providers.limits import ProviderModel
     from megaactors.runtime.result import RunResult
 
@@ -56,6 +57,10 @@ class RuntimeOptions:
     """The LLM provider's rate limits, retries and failures
     (:class:`~megaactors.providers.limits.ProviderModel`; None: every call answers).
     Applied to the simulated LLM; a real endpoint's client retries by itself."""
+    network: NetworkModel | None = None
+    """Delivery latency per channel and placement on machines (None: instantaneous)."""
+    faults: FaultSpec | None = None
+    """Seeded faults and recovery (None: none; see :mod:`megaactors.network.faults`)."""
 
     def __post_init__(self) -> None:
         cap = self.max_concurrent_llm

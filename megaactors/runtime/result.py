@@ -26,10 +26,21 @@ class RunResult:
     trace: Trace | None
     states: list[Any]
     params: dict[str, Any] = field(default_factory=dict)
+    status: str = "ok"
+    """``ok``, or ``stalled`` when some agent's work can no longer finish."""
+    faults: dict[str, int] | None = None
+    """Faults injected and recovery actions by kind (None: a run without a network)."""
+    stalled: dict[int, str] = field(default_factory=dict)
+    """Stalled agents -> what each waits for."""
 
     def summary(self) -> dict[str, Any]:
-        """Every ledger figure plus the run's parameters (JSON-ready)."""
-        return {**self.params, "runtime": self.runtime, **self.ledger.summary(self.org)}
+        """Every ledger figure plus the run's parameters (JSON-ready); a run through a
+        network adds ``status``, ``faults`` and ``stalled``."""
+        out = {**self.params, "runtime": self.runtime, **self.ledger.summary(self.org)}
+        if self.faults is not None:
+            out["status"], out["faults"] = self.status, dict(self.faults)
+            out["stalled"] = {str(agent): waits for agent, waits in self.stalled.items()}
+        return out
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.summary(), sort_keys=True, **kwargs)

@@ -35,9 +35,11 @@ from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter
 from megaactors.runtime.mailboxes import Mailboxes, gather
+from megaactors.runtime.net_delivery import NetworkDelivery, network_for
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
+from megaactors.runtime.sim_queues import SimQueues
 from megaactors.runtime.sim_retry import ProviderCalls
 from megaactors.runtime.sim_state import START, LLMRetry, SimObserver, SimState, ToolInFlight
 
@@ -47,13 +49,14 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an it
 _append = list.append
 
 
-class SimRuntime(ProviderCalls):
+class SimRuntime(ProviderCalls, SimQueues):
     """Runs a behaviour over an organisation in virtual time.
 
     ``observer`` watches the run change between snapshots (see
     :class:`~megaactors.runtime.sim_state.SimObserver`)."""
 
     name = "sim"
+    applies_faults = True
 
     def __init__(
         self,
@@ -77,6 +80,8 @@ class SimRuntime(ProviderCalls):
         if observer is not None:
             self.core.postman.on_stamp = observer.stamped
         self._bind()
+        self._net = network_for(self, self.postman, behaviour, options)
+        """The network messages go through (None: each arrives at once, exactly once)."""
         self._open_mail()
         self._awake = bytearray(org.n)
         """1 while an agent is busy or queued to run: a delivery need not wake it."""
@@ -100,6 +105,11 @@ class SimRuntime(ProviderCalls):
         self.wall_s = 0.0
         """Wall time :meth:`run` has taken so far."""
 
+    @property
+    def network_delivery(self) -> NetworkDelivery | None:
+        """The network messages go through (None: each arrives at once, exactly once)."""
+        return self._net
+
     def _bind(self) -> None:
         """Short names for the interpreter's records (the hot path reads them)."""
         core = self.core
@@ -113,11 +123,6 @@ class SimRuntime(ProviderCalls):
         self.mail = Mailboxes(self.org, self._inboxes, lazy=True)
         """The in-queues (``mail.head``, ``mail.live``, ``mail.refill`` describe them)."""
         self._reads = self.mail.reads
-
-    @property
-    def steps(self) -> int:
-        """Former name of :attr:`events_run`."""
-        return self.events_run
 
     # ------------------------------------------------------------------ driving
 
@@ -153,7 +158,10 @@ class SimRuntime(ProviderCalls):
         self.now = t
         if self.observer is not None:
             self.observer.events.append(aid)
-        self._complete(self.agents[aid])
+        if aid >= 0:
+            self._complete(self.agents[aid])
+        else:
+            self._net.fire(-aid)  # type: ignore[union-attr]
         self._drain()
         self.events_run += 1
         return True
@@ -179,31 +187,22 @@ class SimRuntime(ProviderCalls):
             self.now = t
             if log is not None:
                 log.append(aid)
-            complete(agents[aid])
+            if aid >= 0:
+                complete(agents[aid])
+            else:  # a network event (see schedule_network)
+                self._net.fire(-aid)  # type: ignore[union-attr]
             while ready:
                 wake(agents[ready.popleft()])
             self.events_run += 1
             ran += 1
         return ran
 
-    @property
-    def next_event_time(self) -> float | None:
-        """Virtual time of the next event, or None when nothing is left."""
-        event = self._events.peek()
-        return None if event is None else event[0]
-
-    @property
-    def finished(self) -> bool:
-        """True once no event is left."""
-        return self.started and not self._events
-
     def result(self) -> RunResult:
         """Ledger, trace and states as they stand."""
-        return self.core.result(self.name, self.now, self.wall_s, map(self.queued, range(len(self.agents))))
-
-    def queued(self, agent: int) -> int:
-        """How many messages wait for ``agent``."""
-        return self.mail.queued(agent)
+        result = self.core.result(self.name, self.now, self.wall_s, map(self.queued, range(len(self.agents))))
+        if self._net is not None:
+            self._net.report(result, self.agents)
+        return result
 
     def place(self, recruiter: Agent, agents: list[Agent]) -> None:
         """Recruited agents start Idle with an empty in-queue (the interpreter's host)."""
@@ -237,6 +236,8 @@ class SimRuntime(ProviderCalls):
         same instant; when it names no recruits it is handed on unchanged, as a fresh
         one would be equal to it (this saves one object per activation)."""
         now, trace = self.now, self.trace
+        if self._net is not None and a.pending is not START and self._net.crash_on_take(a):
+            return
         if trace is None and a.phase is not PROCESSING:  # Agent.transition, inlined (see _respond)
             a.phase = PROCESSING
         else:
@@ -389,16 +390,15 @@ class SimRuntime(ProviderCalls):
             return
         self._process(a, ctx)
 
-    def _release_token(self, a: Agent) -> None:
-        nxt = self._token.release(a)  # type: ignore[union-attr]
-        if nxt is not None:
-            self._ready.append(nxt[0].id)
-
     # ------------------------------------------------------------------ delivery (the hot loop)
 
     def _deliver(self, a: Agent) -> None:
-        """Flush the out-queue (a broadcast into its channel log(s), other sends into each
-        recipient's in-queue); wake the Idle ones in order."""
+        """Flush the out-queue: a broadcast into its channel log(s), any other send as a
+        reference appended to each recipient's in-queue; wake the Idle ones in order
+        (or hand it to the network, if any)."""
+        if self._net is not None:
+            self._net.deliver(a)
+            return
         postman, now, sender = self.postman, self.now, a.id
         stamp, share = postman.stamp, self.mail.share
         inboxes, awake = self._inboxes, self._awake
@@ -416,14 +416,6 @@ class SimRuntime(ProviderCalls):
                 if not all(map(is_awake, recipients)):
                     self._wake_idle(recipients)
         a.outbox = []
-
-    def _wake_idle(self, recipients: Iterable[int]) -> None:
-        """Queue the Idle ones among ``recipients`` to run, in order."""
-        awake, ready_append = self._awake, self._ready.append
-        for r in recipients:
-            if not awake[r]:
-                awake[r] = 1
-                ready_append(r)
 
     # ------------------------------------------------------------------ the state between events
 
@@ -454,6 +446,7 @@ class SimRuntime(ProviderCalls):
             trace=core.trace,
             wall_s=self.wall_s,
             limits=core.limits if core.provider is not None else None,
+            network=self._net.state if self._net is not None else None,
         )
 
     def restore(self, state: SimState) -> None:
@@ -470,6 +463,8 @@ class SimRuntime(ProviderCalls):
             core.ledger = state.ledger
             hook, core.postman = core.postman.on_stamp, Postman(self.org, state.ledger)
             core.postman.on_stamp = hook
+            if self._net is not None:
+                self._net.postman = core.postman
         core.trace = state.trace
         core.postman.next_message_id = state.next_message_id
         core.recruited, core.recruiters = state.recruited, state.recruiters
@@ -486,6 +481,8 @@ class SimRuntime(ProviderCalls):
         self._events = EventQueue(self._events_width, state.events)
         self._ready.clear()
         self._start_effects = state.start_effects
+        if self._net is not None and state.network is not None:
+            self._net.state = state.network
         at = agents.__getitem__
         if self._llm_slots is not None:
             slots = self._llm_slots.capacity

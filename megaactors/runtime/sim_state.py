@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from megaactors.providers.limits import LimitState
     from megaactors.runtime.events import Event
     from megaactors.runtime.mailboxes import Mailboxes
+    from megaactors.runtime.net_delivery import NetworkState
 
 __all__ = ["START", "LLMInFlight", "LLMRetry", "SimObserver", "SimState", "ToolInFlight"]
 
@@ -139,6 +140,9 @@ class SimState:
     """Wall time the run has taken so far."""
     limits: LimitState | None = None
     """The provider model's token buckets (None: the run has no provider model)."""
+    network: NetworkState | None = None
+    """Copies in flight, crashed agents, seen ids and fault counts (a run through a
+    network: see :mod:`megaactors.runtime.net_delivery`)."""
 
 
 class SimObserver(RunObserver, Protocol):

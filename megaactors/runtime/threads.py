@@ -147,6 +147,7 @@ class PykkaRuntime(LiveRuntime):
     """Runs a behaviour over an organisation with one pykka thread per agent."""
 
     name = "pykka"
+    applies_faults = True
 
     def __init__(
         self,
@@ -375,11 +376,16 @@ class PykkaRuntime(LiveRuntime):
             trace = self.trace
             now = self.now() if trace is not None or sends else 0.0
             packets: list[Packet] = []
+            copies = None
             if sends:
                 stamp, sender = self.postman.stamp, a.id
                 for send in sends:
                     packets += stamp(sender, send, now)
-                self._outstanding += sum(len(p.recipients) for p in packets)
+                if self.live_faults is not None:
+                    copies = self.live_faults.copies(packets, now)
+                    self._outstanding += len(copies)
+                else:
+                    self._outstanding += sum(len(p.recipients) for p in packets)
             if not a.inbox:
                 a.transition(IDLE, now, trace)
                 self._outstanding -= 1
@@ -390,7 +396,10 @@ class PykkaRuntime(LiveRuntime):
             finished = not self._outstanding
         if sends:
             a.outbox = []
-            self._post(packets)
+            if copies is None:
+                self._post(packets)
+            else:
+                self._post_copies(copies)
         if finished:
             self.done.set()
         return a.phase is IDLE, batch
@@ -409,6 +418,19 @@ class PykkaRuntime(LiveRuntime):
                     if inbox.waiting and not inbox.flagged:  # its actor waits for a message: wake it in turn
                         inbox.flagged = True
                         to_wake.append(inbox)
+
+    def _post_copies(self, copies: list[tuple[Packet, int]]) -> None:
+        """Put each copy in its recipient's inbox (the packets went through :attr:`live_faults`)."""
+        for packet, r in copies:
+            inbox = self.inboxes[r]
+            if inbox is None:
+                self.refs[r].tell(packet)
+                continue
+            with inbox.mutex:
+                inbox.packets.append(packet)
+                if inbox.waiting and not inbox.flagged:
+                    inbox.flagged = True
+                    self._to_wake.append(inbox)
 
     def _wake(self, everyone: bool) -> None:
         """Wake the actors waiting for the messages put in their inboxes: the first in
