@@ -9,7 +9,9 @@ first k requests, answer slowly, or leave out the usage, and records every reque
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -37,7 +39,15 @@ class ChatServer:
         delay_s: float = 0.0,
         slow_first: int = 0,
         usage: bool = True,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        fail_every: int = 0,
+        burst_s: float = 60.0,
     ) -> None:
+        self.burst = burst_s / 60  # a bucket holds this fraction of a minute's limit
+        self.limits = {"requests": (rpm, rpm and rpm * self.burst), "tokens": (tpm, tpm and tpm * self.burst)}
+        self.refilled = time.monotonic()
+        self.fail_every = fail_every
         self.fail_first = fail_first
         self.fail_status = fail_status
         self.retry_after = retry_after
@@ -71,6 +81,12 @@ class ChatServer:
             if index <= self.fail_first:
                 headers = {"Retry-After": self.retry_after} if self.retry_after else {}
                 return web.Response(status=self.fail_status, text="try again later", headers=headers)
+            if self.fail_every and index % self.fail_every == 0:
+                return web.Response(status=500, text="internal error")
+            over = self._over_limit(body)
+            if over is not None:
+                record["limited"] = True
+                return web.Response(status=429, text="rate limit reached", headers=over)
             if body.get("model") == "reject-me":
                 return web.Response(status=400, text='{"error": "unknown model"}')
             prompt = sum(len(m["content"].split()) + 3 for m in body["messages"])
@@ -92,6 +108,29 @@ class ChatServer:
         finally:
             self.in_flight -= 1
             record["left"] = time.monotonic()
+
+    def _over_limit(self, body: dict[str, Any]) -> dict[str, str] | None:
+        """Token buckets (per minute, refilled continuously) as large providers run
+        them: None if the request fits (and is taken), else the 429's headers."""
+        if all(limit is None for limit, _ in self.limits.values()):
+            return None
+        now = time.monotonic()
+        elapsed, self.refilled = now - self.refilled, now
+        cost = {"requests": 1, "tokens": sum(len(m["content"].split()) + 3 for m in body["messages"])}
+        cost["tokens"] += body.get("max_tokens", 16)
+        resets = {}
+        for kind, (limit, level) in self.limits.items():
+            if limit is None:
+                continue
+            level = min(limit * self.burst, level + elapsed * limit / 60)
+            self.limits[kind] = (limit, level)
+            resets[kind] = max(0.0, (cost[kind] - level) * 60 / limit)
+        if any(resets.values()):
+            return {f"x-ratelimit-reset-{kind}": f"{wait * 1000:.0f}ms" for kind, wait in resets.items()}
+        for kind, (limit, level) in self.limits.items():
+            if limit is not None:
+                self.limits[kind] = (limit, level - cost[kind])
+        return None
 
     def _serve(self) -> None:
         loop = asyncio.new_event_loop()
@@ -164,7 +203,7 @@ def test_failed_attempts_are_retried_with_backoff_under_the_same_idempotency_key
     assert len(server.requests) == 3 and client.retries == 2
     assert len(set(server.keys)) == 1 and server.keys[0]
     t = [r["arrived"] for r in server.requests]
-    assert t[1] - t[0] >= 0.05 and t[2] - t[1] >= 0.1  # exponential backoff
+    assert t[1] - t[0] <= 0.05 + 0.05 and t[2] - t[1] <= 0.1 + 0.05  # full jitter below an exponential cap
 
 
 def test_a_retry_after_header_is_honoured() -> None:
@@ -257,3 +296,57 @@ def test_the_pykka_runtime_refuses_an_async_endpoint() -> None:
     client = ChatCompletionsClient("http://127.0.0.1:1/v1", "m")
     with pytest.raises(ParameterError, match="pykka runtime needs an LLM with a blocking complete"):
         PykkaRuntime(Organisation.flat(2), ChatRound(), llm=client)
+
+
+def test_a_retry_after_date_and_rate_limit_reset_headers_are_read() -> None:
+    from email.utils import formatdate
+
+    from megaactors.providers.chat_completions import duration_s, retry_after_s
+
+    assert retry_after_s({"Retry-After": "2.5"}, 429) == 2.5
+    assert retry_after_s({"Retry-After": formatdate(1_000_030, usegmt=True)}, 503, now=1_000_000) == 30
+    assert retry_after_s({"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "6m0s"}, 429) == 360
+    assert retry_after_s({"x-ratelimit-reset-requests": "1s"}, 503) == 0  # reset headers speak of 429s only
+    assert duration_s("20ms") == pytest.approx(0.02) and duration_s("1h2m3.5s") == 3723.5
+    assert duration_s("soon") == 0 and duration_s(None) == 0
+
+
+def test_an_http_date_retry_after_is_waited_for() -> None:
+    from email.utils import formatdate
+
+    with serving(fail_first=1, fail_status=503, retry_after=formatdate(time.time() + 2, usegmt=True)) as server:
+        chat_once(ChatCompletionsClient(server.base_url, "m", backoff_s=0.01))
+    t = [r["arrived"] for r in server.requests]
+    assert len(t) == 2 and t[1] - t[0] >= 0.9  # the date has whole seconds
+
+
+def test_the_client_keeps_to_a_servers_rpm_and_tpm_and_logs_every_attempt(tmp_path) -> None:
+    log = tmp_path / "calls.jsonl"
+    # 10 requests/s, 500 tokens/s, buckets of one second's worth, a 500 now and then
+    with serving(rpm=600, tpm=30_000, burst_s=1.0, fail_every=7) as server:
+        client = ChatCompletionsClient(
+            server.base_url, "m", max_concurrency=8, max_retries=30, backoff_s=0.05, call_log=log, jitter_seed=1
+        )
+
+        async def main() -> None:
+            async with client:
+                await asyncio.gather(*(client.acomplete(a, 0, LLMRequest(output_tokens=20), 0, 10) for a in range(24)))
+
+        t0 = time.monotonic()
+        asyncio.run(main())
+        elapsed = time.monotonic() - t0
+    answered = [r for r in server.requests if "usage" in r]
+    limited = [r for r in server.requests if r.get("limited")]
+    assert len(answered) == 24 and limited  # every call got through, some only after a 429
+    tokens = sum(sum(r["usage"]) for r in answered)
+    assert tokens <= 500 + 500 * elapsed + 1  # never more than the bucket and its refill
+    assert len(answered) <= 10 + 10 * elapsed + 1
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(lines) == len(server.requests)
+    by_status = collections.Counter(line["status"] for line in lines)
+    assert by_status[200] == 24 and by_status[429] == len(limited) and by_status[500] >= 1
+    ok = [line for line in lines if line["status"] == 200]
+    assert all(line["input_tokens"] > 0 and line["output_tokens"] == 20 and line["model"] == "m" for line in ok)
+    assert all(line["latency_s"] >= 0 and abs(line["ts"] - time.time()) < 120 for line in lines)
+    keys = collections.Counter(server.keys)
+    assert len(keys) == 24  # retries reuse their call's idempotency key

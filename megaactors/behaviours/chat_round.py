@@ -14,7 +14,9 @@ of its channels:
   carries one each way: ``2|E|``), each on its edge's channel.
 
 Every batch an agent takes costs one LLM call (it reads the batch); composing its
-first message costs one more. With several rounds, an agent sends round ``r + 1``
+first message costs one more. A call the provider gave up on (a reply with
+``failed`` set, see :mod:`megaactors.providers.limits`) is asked again, its prompt
+now in the memory window, until it is answered. With several rounds, an agent sends round ``r + 1``
 once it has read every round-``r`` message addressed to it (no agent can be more
 than one round ahead of a peer, so two counters suffice). On a directed graph an
 agent may run several rounds ahead of the agents it messages, so it counts the
@@ -151,6 +153,8 @@ class ChatRound:
         return self._read
 
     def on_reply(self, ctx: AgentContext, state: list[Any], reply: LLMReply) -> Effects:
+        if reply.failed is not None:  # the provider gave up on the call: ask again
+            return self._again(reply)
         todo = state[_TODO]
         state[_TODO] = _NOTHING
         if todo == _NOTHING:
@@ -175,6 +179,13 @@ class ChatRound:
             return Effects(sends=[Send(org.children[a], HIERARCHY, "task", [r, self.text])])
         # _RESULT_UP
         return Effects(sends=[Send((org.parent[a],), HIERARCHY, "result", [r, self.text])])
+
+    def _again(self, reply: LLMReply) -> Effects:
+        """The same call again (its prompt is in the memory window now), unless it can
+        never run."""
+        if reply.failed == "too_large":
+            raise ValueError(f"a call of {reply.tokens_in} prompt tokens can never fit the provider's token limit")
+        return self._compose
 
     def awaiting(self, org: Organisation, agent: int, state: list[Any], received: int) -> str | None:
         """What ``agent`` still waits for once a run is over: the messages of its

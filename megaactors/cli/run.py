@@ -126,6 +126,12 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  makespan      {s['virtual_time_s']:.2f} s virtual, {s['wall_s']:.3f} s wall",
         f"  peak queue    {s['peak_queue_depth']:,} messages",
     ]
+    if s.get("rate_limited") or s.get("retries") or s.get("failed_llm_calls"):
+        lines.append(
+            f"  provider      {s['rate_limited']:,} rate-limited, {s['llm_errors']:,} errors, "
+            f"{s['llm_timeouts']:,} timeouts; {s['retries']:,} retries ({s['llm_wait_s']:.1f} s backing off), "
+            f"{s['failed_llm_calls']:,} failed calls"
+        )
     faults = {kind: n for kind, n in s.get("faults", {}).items() if n}
     if faults or s.get("status", "ok") != "ok":
         lines.append(f"  status        {s['status']}")

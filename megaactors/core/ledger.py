@@ -15,10 +15,13 @@ if TYPE_CHECKING:
     from megaactors.core.llm import LLMReply
     from megaactors.core.organisation import Organisation
 
-__all__ = ["AGENT_COLUMNS", "Ledger"]
+__all__ = ["AGENT_COLUMNS", "PROVIDER_COUNTERS", "Ledger"]
 
 _ADDITIVE: tuple[str, ...] = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd", "llm_time_s")
 _ADDITIVE += ("tool_calls", "tool_time_s", "lock_wait_s")
+PROVIDER_COUNTERS = ("rate_limited", "llm_errors", "llm_timeouts", "retries", "llm_wait_s", "failed_llm_calls")
+"""What a provider model adds (see :mod:`megaactors.providers.limits`)."""
+_ADDITIVE += PROVIDER_COUNTERS
 """Totals that add up over the parts of a run."""
 
 AGENT_COLUMNS = ("sent", "received", "bytes_sent", "bytes_received", "llm_calls", "tokens_in", "tokens_out", "batches")
@@ -45,6 +48,21 @@ class Ledger:
         self.tool_time_s = 0.0
         self.lock_wait_s = 0.0
         """Time agents spent waiting for tool locks (contention)."""
+        self.provider = False
+        """Whether the run had a provider model that sets a limit, a failure rate or a
+        timeout (then :meth:`summary` reports its counters)."""
+        self.rate_limited = 0
+        """Attempts refused with HTTP 429 (over the RPM or TPM limit)."""
+        self.llm_errors = 0
+        """Attempts that failed with a server error."""
+        self.llm_timeouts = 0
+        """Attempts that timed out."""
+        self.retries = 0
+        """Attempts made again after a failed one."""
+        self.llm_wait_s = 0.0
+        """Time calls spent backing off before a retry (Retry-After or jittered backoff)."""
+        self.failed_llm_calls = 0
+        """Calls that failed for good (retries exhausted): the behaviour got a failed reply."""
         self.virtual_time_s = 0.0
         self.wall_s = 0.0
         self.per_agent: dict[str, array[int]] = {c: array("q", bytes(8 * n_agents)) for c in AGENT_COLUMNS}
@@ -186,4 +204,9 @@ class Ledger:
             "tool_calls": self.tool_calls,
             "tool_time_s": round(self.tool_time_s, 9),
             "lock_wait_s": round(self.lock_wait_s, 9),
+            **(self.provider_summary() if self.provider else {}),
         }
+
+    def provider_summary(self) -> dict[str, Any]:
+        """The provider model's counters (429s, errors, timeouts, retries, backoff, failed calls)."""
+        return {k: round(getattr(self, k), 9) if k == "llm_wait_s" else getattr(self, k) for k in PROVIDER_COUNTERS}

@@ -145,6 +145,9 @@ class LLMReply:
     stage: str = ""
     call_index: int = 0
     text: str | None = None
+    failed: str | None = None
+    """Why the call failed for good (``rate_limited``, ``error``, ``timeout``,
+    ``too_large``: see :mod:`megaactors.providers.limits`), or None: it answered."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -252,6 +252,7 @@ def run_durable(
     super-steps (a heartbeat that lost the lease stops the run early);
     ``behaviour``/``tools`` replace the spec's behaviour (and give its tools) for
     Python callers, who must pass the same ones on every resume."""
+    spec.check_checkpointable()
     options = options or DurableOptions()
     progress = progress if progress is not None else Progress()
     outbox = Outbox(store, lease, billing_url=options.billing_url)
@@ -345,7 +346,7 @@ def fork_run(
         store.fork(run_id, step, new_run_id)
         return
     spec = RunSpec.from_dict(source.params)
-    RunSpec.from_dict(params)  # the new parameters must be valid too
+    RunSpec.from_dict(params).check_checkpointable()  # the new parameters must be valid too
     rt = DurableSim(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=spec.seed,
                     max_concurrent_llm=spec.max_concurrent_llm, serial=spec.serial, trace=spec.trace)  # fmt: skip
     chain = store.chain(run_id, step)

@@ -66,8 +66,11 @@ _PARAM_KINDS = {
 }
 _PARAM_KINDS.update(behaviour_params="json-text", behaviour_version="str")
 _DEFAULTS = RunSpec().as_dict()
-ADDED_COLUMNS: tuple[str, ...] = ("degree", "rewire", "behaviour", "price_in", "price_out", "behaviour_params")
-ADDED_COLUMNS += ("behaviour_version", "net_latency", "net_jitter", "machines", "faults")
+ADDED_COLUMNS = (
+    *("degree", "rewire", "behaviour", "price_in", "price_out", "behaviour_params", "behaviour_version"),
+    *("prefill_s_per_token", "llm_model", "rpm", "tpm", "limit_scope", "max_retries", "llm_failure_rate"),
+    *("llm_timeout_s", "net_latency", "net_jitter", "machines", "faults"),
+)
 """Parameter columns that results files written before them lack: read as their defaults."""
 FIGURE_KINDS: dict[str, str] = {
     "groups": "int",

@@ -16,6 +16,8 @@ from megaactors.core.organisation import GRAPH_PREFIX, Organisation
 from megaactors.errors import OrganisationError, ParameterError
 from megaactors.experiments.closed_forms import OPTIMAL, optimal_group_size
 from megaactors.network import FaultSpec, NetworkModel, parse_faults, parse_latency, parse_machines
+from megaactors.providers.limits import LIMIT_SCOPES, ProviderModel
+from megaactors.providers.presets import latency_model
 from megaactors.validation import Param, declared, param
 
 if TYPE_CHECKING:
@@ -67,7 +69,22 @@ class RunSpec:
     )
     latency_sigma: float = param(0.5, "lognormal sigma of LLM latency", minimum=0, maximum=10)
     per_output_token_s: float = param(0.02, "LLM latency per output token", unit="s", minimum=0, maximum=60)
+    prefill_s_per_token: float = param(0.0, "LLM latency per prompt token", unit="s", minimum=0, maximum=60)
+    llm_model: str | None = param(
+        None, "latency model: a preset name or a model file from 'megaactors calibrate' (sets the four latency numbers)"
+    )
     output_tokens: int = param(60, "tokens per LLM reply", unit="tokens", minimum=0, maximum=10**6)
+    rpm: float | None = param(None, "provider limit: LLM requests per minute", minimum=0,
+                              above_minimum=True, maximum=1e12)  # fmt: skip
+    tpm: float | None = param(None, "provider limit: LLM tokens (prompt + reply) per minute", unit="tokens",
+                              minimum=0, above_minimum=True, maximum=1e15)  # fmt: skip
+    limit_scope: str = param("run", "who shares the rate limits: the whole run or each group",
+                             choices=lambda: LIMIT_SCOPES, noun="limit scope")  # fmt: skip
+    max_retries: int = param(3, "retries of a rate-limited, failed or timed-out LLM call", minimum=0, maximum=1000)
+    llm_failure_rate: float = param(0.0, "probability that an LLM attempt fails (server error)", minimum=0,
+                                    maximum=0.99)  # fmt: skip
+    llm_timeout_s: float | None = param(None, "an LLM attempt slower than this fails", unit="s", minimum=0,
+                                        above_minimum=True, maximum=86_400)  # fmt: skip
     trace: bool = param(False, "record every state transition (memory grows with the run)")
     degree: float = param(
         4.0,
@@ -125,6 +142,9 @@ class RunSpec:
                 f"{self.behaviour_version}: run it where that version is installed, or start a new run"
             )
         self.build_behaviour()  # refuses unknown or impossible behaviour parameters now, not mid-run
+        if self.llm_model is not None:
+            latency_model(self.llm_model)  # an unknown preset or a bad file is refused now
+        self.provider().check_call_size(TokenModel().system_tokens + self.output_tokens)
         self.network()
         self.fault_spec()
 
@@ -188,13 +208,40 @@ class RunSpec:
         )
 
     def llm(self) -> SimulatedLLM:
+        """The simulated LLM: the latency numbers of ``llm_model`` if set, else the spec's own."""
+        if self.llm_model is not None:
+            latency = latency_model(self.llm_model)
+        else:
+            latency = LatencyModel(
+                self.latency_median_s, self.latency_sigma, self.per_output_token_s, self.prefill_s_per_token
+            )
         return SimulatedLLM(
             seed=self.seed,
             model=self.model,
-            latency=LatencyModel(self.latency_median_s, self.latency_sigma, self.per_output_token_s),
+            latency=latency,
             tokens=TokenModel(output_tokens=self.output_tokens),
             prices={**PRICES, self.model: self.prices()},
         )
+
+    def provider(self) -> ProviderModel:
+        """The provider's limits, retries and failures (inactive when none is set)."""
+        return ProviderModel(
+            rpm=self.rpm,
+            tpm=self.tpm,
+            scope=self.limit_scope,
+            max_retries=self.max_retries,
+            failure_rate=self.llm_failure_rate,
+            timeout_s=self.llm_timeout_s,
+            seed=self.seed,
+        )
+
+    def check_checkpointable(self) -> None:
+        """Refuse what checkpointed runs do not carry yet: the provider's limits, failures
+        and timeouts (their token buckets and retries are not in a checkpoint)."""
+        if self.provider().active:
+            raise ParameterError(
+                "checkpointed and queued runs do not take rpm, tpm, llm_failure_rate or llm_timeout_s yet"
+            )
 
     def network(self) -> NetworkModel | None:
         """The network ``net_latency``, ``net_jitter`` and ``machines`` describe (None:
@@ -226,6 +273,7 @@ class RunSpec:
             max_concurrent_llm=self.max_concurrent_llm,
             serial=self.serial,
             trace=self.trace,
+            provider=self.provider(),
             **self._network_options(),
             **runtime_options,
         )

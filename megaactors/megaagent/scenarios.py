@@ -28,6 +28,7 @@ from megaactors.behaviours.megaagent import (
 from megaactors.core.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel
 from megaactors.core.organisation import Organisation
 from megaactors.megaagent.paper import PAPER, REFERENCE_LOG
+from megaactors.providers.limits import ProviderModel
 from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim import SimRuntime
 
@@ -56,10 +57,11 @@ REVIEW_TOKENS = REFERENCE_LOG["read_file_tokens"]
 
 @dataclass(frozen=True)
 class ApiLimits:
-    """What the LLM provider allows: for now a cap on calls in flight (extra calls
-    wait in order); a requests-per-minute limit belongs here as one more field."""
+    """What the LLM provider allows: a cap on calls in flight (extra calls wait in
+    order) and its rate limits, retries and failures."""
 
     max_concurrent_llm: int | None = None
+    provider: ProviderModel | None = None
 
     def __post_init__(self) -> None:
         cap = self.max_concurrent_llm
@@ -133,6 +135,7 @@ class Scenario:
             serial=self.serial,
             trace=trace,
             max_concurrent_llm=self.limits.max_concurrent_llm,
+            provider=self.limits.provider,
         )
 
     def run(self, seed: int = 1, *, trace: bool = False) -> RunResult:

@@ -10,11 +10,20 @@ it does not list, e.g. a local one).
 
 * **Timeouts**: each attempt must finish within ``timeout_s``.
 * **Retries**: connection errors, timeouts and HTTP 408, 409, 429 and 5xx are
-  retried up to ``max_retries`` times after ``backoff_s * 2**attempt`` seconds
-  (capped at ``backoff_max_s``; a longer ``Retry-After`` is honoured up to the
-  cap). Every attempt of one call carries the same ``Idempotency-Key`` header, so
-  a server that deduplicates never runs a retried call twice. Other HTTP errors
-  and malformed answers fail at once with :class:`LLMClientError`.
+  retried up to ``max_retries`` times after a backoff with full jitter (uniform in
+  ``[0, min(backoff_max_s, backoff_s * 2**attempt)]``, from a generator seeded with
+  ``jitter_seed``), or longer if the server says so: a ``Retry-After`` header (in
+  seconds or as an HTTP date) or, on a 429, the ``x-ratelimit-reset-requests`` /
+  ``x-ratelimit-reset-tokens`` headers (``1s``, ``6m0s``, ``20ms``) are waited for,
+  up to ``backoff_max_s``. Every attempt of one call carries the same
+  ``Idempotency-Key`` header, so a server that deduplicates never runs a retried
+  call twice. Other HTTP errors and malformed answers fail at once with
+  :class:`LLMClientError`.
+* **Call log**: with ``call_log=PATH`` every attempt appends one JSON object per
+  line to PATH: ``ts`` (unix seconds at its start), ``latency_s``, ``input_tokens``
+  and ``output_tokens`` (null unless answered), ``status`` (HTTP status, 0 for a
+  timeout or a connection error), ``model``, ``attempt`` — what ``megaactors
+  calibrate`` reads.
 * **Concurrency cap**: at most ``max_concurrency`` requests in flight per event
   loop; a call waiting to retry does not hold a slot.
 
@@ -27,8 +36,13 @@ of a run) and the next call opens a new one.
 from __future__ import annotations
 
 import asyncio
+import json
+import random
+import re
 import time
 import uuid
+from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -37,7 +51,7 @@ from megaactors.core.behaviour import LLMRequest
 from megaactors.core.llm import PRICES, LLMReply, Price, TokenModel
 from megaactors.errors import ParameterError
 
-__all__ = ["RETRYABLE_STATUS", "ChatCompletionsClient", "LLMClientError"]
+__all__ = ["RETRYABLE_STATUS", "ChatCompletionsClient", "LLMClientError", "duration_s", "retry_after_s"]
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 DEFAULT_SYSTEM_PROMPT = "You are one agent of a large multi-agent organisation. Answer briefly."
@@ -66,6 +80,8 @@ class ChatCompletionsClient:
         price: Price | None = None,
         idempotency_header: str = "Idempotency-Key",
         extra_body: dict[str, Any] | None = None,
+        call_log: str | Path | None = None,
+        jitter_seed: int | None = None,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ParameterError(f"base url must start with http:// or https://, got {base_url!r}")
@@ -90,6 +106,9 @@ class ChatCompletionsClient:
         self.price = price if price is not None else PRICES.get(model, Price(0.0, 0.0))
         self.idempotency_header = idempotency_header
         self.extra_body = dict(extra_body or {})
+        self.call_log = Path(call_log) if call_log is not None else None
+        """Where every attempt is logged (JSON lines), or None."""
+        self._jitter = random.Random(jitter_seed)
         self.requests = 0
         """HTTP requests sent (attempts, retries included)."""
         self.retries = 0
@@ -132,28 +151,54 @@ class ChatCompletionsClient:
         session, semaphore = self._session_for_loop()
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         for attempt in range(self.max_retries + 1):
-            retry_after = 0.0
+            retry_after, status, ts, t0 = 0.0, 0, time.time(), time.monotonic()
+            data: dict[str, Any] | None = None
             try:
                 async with semaphore:
                     self.requests += 1
+                    ts, t0 = time.time(), time.monotonic()
                     async with session.post(self.url, json=body, headers=headers, timeout=timeout) as resp:
+                        status = resp.status
                         if resp.status == 200:
-                            return await self._json_object(resp)
-                        text = (await resp.text())[:300]
-                        problem = f"HTTP {resp.status}: {text}"
-                        if resp.status not in RETRYABLE_STATUS:
-                            raise LLMClientError(f"{self.url} answered {problem}")
-                        retry_after = _seconds(resp.headers.get("Retry-After"))
+                            data = await self._json_object(resp)
+                        else:
+                            text = (await resp.text())[:300]
+                            problem = f"HTTP {resp.status}: {text}"
+                            if resp.status not in RETRYABLE_STATUS:
+                                self._log(ts, time.monotonic() - t0, status, attempt, None)
+                                raise LLMClientError(f"{self.url} answered {problem}")
+                            retry_after = retry_after_s(resp.headers, resp.status)
             except TimeoutError:
                 problem = f"no complete answer within {self.timeout_s:g} s"
             except aiohttp.ClientError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
+            self._log(ts, time.monotonic() - t0, status, attempt, data)
+            if data is not None:
+                return data
             if attempt == self.max_retries:
                 raise LLMClientError(f"chat completion at {self.url} failed after {attempt + 1} attempt(s): {problem}")
             self.retries += 1
-            delay = min(self.backoff_max_s, max(self.backoff_s * 2**attempt, retry_after))
-            await asyncio.sleep(delay)
+            jitter = self._jitter.random() * min(self.backoff_max_s, self.backoff_s * 2**attempt)
+            await asyncio.sleep(min(self.backoff_max_s, max(jitter, retry_after)))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _log(self, ts: float, latency_s: float, status: int, attempt: int, data: dict[str, Any] | None) -> None:
+        """Append one attempt to the call log (if any)."""
+        if self.call_log is None:
+            return
+        usage = data.get("usage") if data is not None else None
+        usage = usage if isinstance(usage, dict) else {}
+        line = {
+            "ts": round(ts, 6),
+            "latency_s": round(latency_s, 6),
+            "input_tokens": usage.get("prompt_tokens"),
+            "output_tokens": usage.get("completion_tokens"),
+            "status": status,
+            "model": self.model,
+            "attempt": attempt,
+        }
+        with self.call_log.open("a") as f:
+            f.write(json.dumps(line) + "\n")
 
     async def _json_object(self, resp: aiohttp.ClientResponse) -> dict[str, Any]:
         try:
@@ -201,12 +246,40 @@ def _number(name: str, value: Any, *, positive: bool = False) -> None:
         raise ParameterError(f"{name} must be a finite number {'>' if positive else '>='} 0, got {value!r}")
 
 
-def _seconds(value: str | None) -> float:
-    """A ``Retry-After`` header in seconds (0 when absent or a date)."""
-    try:
-        return max(0.0, float(value)) if value is not None else 0.0
-    except ValueError:
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def retry_after_s(headers: Any, status: int, now: float | None = None) -> float:
+    """How long the server asks a client to wait: ``Retry-After`` (seconds or an HTTP
+    date) or, on a 429, the larger of the ``x-ratelimit-reset-*`` durations; 0 if none."""
+    value = headers.get("Retry-After")
+    if value is not None:
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            try:
+                when = parsedate_to_datetime(value).timestamp()
+            except (TypeError, ValueError):
+                return 0.0
+            return max(0.0, when - (time.time() if now is None else now))
+    if status != 429:
         return 0.0
+    waits = [duration_s(headers.get(h)) for h in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")]
+    return max(waits)
+
+
+def duration_s(value: str | None) -> float:
+    """A rate-limit reset like ``1s``, ``6m0s``, ``20ms`` or ``0.5`` in seconds (0 if unreadable)."""
+    if not value:
+        return 0.0
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parts = _DURATION.findall(value)
+        if not parts or "".join(n + u for n, u in parts) != value.strip():
+            return 0.0
+        return sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
 def _usage_and_text(data: dict[str, Any], url: str) -> tuple[int, int, str | None]:

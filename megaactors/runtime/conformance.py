@@ -37,6 +37,7 @@ from megaactors.core.messages import INTRA
 from megaactors.core.organisation import Organisation
 from megaactors.errors import BehaviourError, RouteError
 from megaactors.network import FaultSpec
+from megaactors.providers.limits import ProviderModel
 from megaactors.runtime.options import RuntimeFactory, RuntimeOptions
 from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim import SimRuntime
@@ -49,6 +50,7 @@ __all__ = [
     "Recruiter",
     "RuntimeConformance",
     "RuntimeFactory",
+    "Thinker",
     "ToolLoop",
     "Trespasser",
     "run",
@@ -143,6 +145,31 @@ class ToolLoop:
         state["left"] -= 1
         if state["left"]:
             return Effects(llm=LLMRequest(new_tokens=20, stage="tool"))
+        return Effects()
+
+
+class Thinker:
+    """Every agent makes ``calls`` LLM calls in a row from its start, messaging nobody;
+    a failed reply is asked again. Its call indices do not depend on timing."""
+
+    name = "thinker"
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    def init(self, agent, org):
+        return [0, 0]  # answered, failed
+
+    def on_start(self, ctx, state):
+        return Effects(llm=LLMRequest(new_tokens=10, stage="think"))
+
+    def on_batch(self, ctx, state, batch):
+        return Effects()
+
+    def on_reply(self, ctx, state, reply):
+        state[1 if reply.failed else 0] += 1
+        if state[0] < self.calls:
+            return Effects(llm=LLMRequest(new_tokens=0, stage="think"))
         return Effects()
 
 
@@ -324,6 +351,28 @@ class RuntimeConformance:
         # one holder at a time: the makespan is at least the four durations, and someone waited
         assert result.ledger.virtual_time_s >= 20.0 - slack
         assert result.ledger.lock_wait_s >= 0 + 5 + 10 + 15 - 4 * slack
+
+    def test_provider_failures_agree_with_the_simulation(self, runtime: RuntimeFactory) -> None:
+        # failures and timeouts are drawn per (agent, call, attempt): the same everywhere
+        provider = ProviderModel(failure_rate=0.3, timeout_s=3.0, max_retries=1, base_s=0.5, seed=5)
+        ref = run(SimRuntime, Organisation.flat(8), Thinker(4), seed=5, provider=provider)
+        got = run(runtime, Organisation.flat(8), Thinker(4), seed=5, provider=provider)
+        summary = got.ledger.provider_summary()
+        assert summary == ref.ledger.provider_summary()
+        assert summary["llm_errors"] > 0 and summary["llm_timeouts"] > 0 and summary["failed_llm_calls"] > 0
+        assert summary["retries"] == summary["llm_errors"] + summary["llm_timeouts"] - summary["failed_llm_calls"]
+        assert got.states == ref.states and got.ledger.llm_calls == 8 * 4
+        assert sum(s[1] for s in got.states) == summary["failed_llm_calls"]  # the behaviour saw each failed call
+
+    def test_rate_limits_keep_the_chat_round_whole(self, runtime: RuntimeFactory) -> None:
+        provider = ProviderModel(rpm=30, max_retries=2, base_s=0.5, seed=2)
+        ref = run(SimRuntime, Organisation.two_tier(24, 6), ChatRound(), seed=2, provider=provider)
+        got = run(runtime, Organisation.two_tier(24, 6), ChatRound(), seed=2, provider=provider)
+        assert got.ledger.messages == ref.ledger.messages == expected_messages(got.org)
+        assert got.states == ref.states
+        assert ref.ledger.rate_limited > 0  # the limit binds (where the live runtimes' clocks may differ)
+        # no more calls answered than the bucket holds plus what it refilled
+        assert got.ledger.llm_calls <= 30 + got.ledger.virtual_time_s / 2 + 1
 
     def test_repeated_copies_are_ignored_and_lost_ones_counted(self, runtime: RuntimeFactory) -> None:
         """With faults (a runtime that injects them): duplicates ignored by message id

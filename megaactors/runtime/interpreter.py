@@ -42,6 +42,7 @@ from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
 from megaactors.core.trace import Trace
 from megaactors.errors import BehaviourError
+from megaactors.providers.limits import Answered, LimitState, Outcome, ProviderModel, Retrying
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
 
@@ -93,6 +94,7 @@ class Interpreter:
         tools: dict[str, Callable[[Any], Any]] | None = None,
         trace: bool = True,
         observer: RunObserver | None = None,
+        provider: ProviderModel | None = None,
     ) -> None:
         self.org = org
         self.behaviour = behaviour
@@ -124,6 +126,16 @@ class Interpreter:
         """Tool functions run so far (the index of the next one)."""
         self.guard: AbstractContextManager[Any] = contextlib.nullcontext()
         """Held while recruiting (a threaded runtime makes it a lock)."""
+        self.provider = provider if provider is not None and provider.active else None
+        """The provider's limits, retries and failures, when any is set (see :meth:`attempt_llm`)."""
+        self.latency_model = getattr(llm, "latency", None)
+        """The simulated LLM's latency model (a retried attempt redraws its random part)."""
+        self.limits = LimitState()
+        """The provider's token buckets (part of the run's state)."""
+        self.ledger.provider = self.provider is not None
+        if self.provider is not None:
+            self.provider.check_call_size(llm.tokens.system_tokens + llm.tokens.output_tokens)
+            self.provider.check_timeout(self.latency_model, llm.tokens.output_tokens)
 
     # ------------------------------------------------------------------ calling the behaviour
 
@@ -284,6 +296,35 @@ class Interpreter:
         self.ledger.record_llm(a.id, reply)
         if self.llm_observer is not None:
             self.llm_observer(a.id, index, reply)
+
+    def attempt_llm(self, a: Agent, reply: LLMReply, attempt: int, now: float, elapsed_s: float) -> Outcome:
+        """Attempt ``attempt`` (0 first) at ``now`` of the call ``reply`` (drawn by
+        :meth:`draw_llm`, not yet accounted), ``elapsed_s`` after its first attempt,
+        under the provider model: the retry path every runtime shares. 429s, errors,
+        timeouts, retries, backoff and failed calls are counted here; an
+        :class:`~megaactors.providers.limits.Answered` call is accounted by the caller
+        (:meth:`record_llm`) when it is issued; a failed one takes its call index."""
+        provider = self.provider
+        assert provider is not None, "attempt_llm is called only under a provider model"
+        outcome = provider.attempt(
+            self.limits, now, a.id, self.org.member_group[a.id], attempt, reply, self.latency_model, elapsed_s
+        )
+        if isinstance(outcome, Answered):
+            return outcome
+        ledger, kind = self.ledger, outcome.kind
+        if kind == "rate_limited":
+            ledger.rate_limited += 1
+        elif kind == "error":
+            ledger.llm_errors += 1
+        elif kind == "timeout":
+            ledger.llm_timeouts += 1
+        if type(outcome) is Retrying:
+            ledger.retries += 1
+            ledger.llm_wait_s += outcome.backoff_s
+        else:
+            ledger.failed_llm_calls += 1
+            a.calls += 1
+        return outcome
 
     # ------------------------------------------------------------------ tool calls
 

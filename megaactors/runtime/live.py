@@ -49,6 +49,7 @@ from megaactors.core.behaviour import AgentContext, Behaviour, Effects, LLMReque
 from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
+from megaactors.providers.limits import Answered, CallFailed
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter
@@ -150,7 +151,13 @@ class LiveRuntime(ABC):
         self.time_scale = options.wall_per_virtual_s
         with paused_gc():  # millions of agents, no cycle among them
             self.core = Interpreter(
-                org, behaviour, self.llm, host=self, tools=dict(options.tools or {}), trace=options.trace
+                org,
+                behaviour,
+                self.llm,
+                host=self,
+                tools=dict(options.tools or {}),
+                trace=options.trace,
+                provider=options.provider,
             )
         core = self.core
         self.agents, self.ledger, self.trace, self.postman, self.tools = (
@@ -343,15 +350,19 @@ class LiveRuntime(ABC):
                         core.in_flight -= 1
                     raise
                 assert ask.reply is not None, "the driver puts the reply in the Ask"
-                reply, new_tokens, counted = ask.reply, args[4], True
+                reply, new_tokens, counted, remaining_s = ask.reply, args[4], True, 0.0
+            elif core.provider is not None:  # attempts under the provider's limits
+                new_tokens, reply, remaining_s = yield from self.attempts(a, request)
+                counted = True
             else:  # a pure function of the agent's record: drawn without the lock
                 new_tokens, reply = core.draw_llm(a, request)
-                counted = False
-            delay = 0.0 if self.async_llm else reply.latency_s * self.time_scale
+                counted, remaining_s = False, reply.latency_s
+            delay = 0.0 if self.async_llm else remaining_s * self.time_scale
             with shared:
                 if not counted:
                     core.llm_started()
-                core.record_llm(a, reply)
+                if reply.failed is None:
+                    core.record_llm(a, reply)
                 if delay <= 0:  # nothing to wait for: the call is over at once
                     core.in_flight -= 1
             if delay > 0:
@@ -366,6 +377,33 @@ class LiveRuntime(ABC):
         if self.error is not None:
             raise Aborted
         return core.reply_effects(a, new_tokens, reply, self.context(a))
+
+    def attempts(self, a: Agent, request: LLMRequest) -> Generator[Any, Any, tuple[int, LLMReply, float]]:
+        """A simulated call's attempts under the provider model (the interpreter's
+        :meth:`~megaactors.runtime.interpreter.Interpreter.attempt_llm`, at the
+        virtual time each starts), sleeping ``after_s × time_scale`` before each
+        retry; returns its new tokens, its reply (answered, or failed for good) and the
+        virtual seconds its last attempt still takes; the call is counted in flight."""
+        core, shared = self.core, self.shared
+        new_tokens, reply = core.draw_llm(a, request)
+        with shared:
+            core.llm_started()
+        first, attempt = self.now(), 0
+        try:
+            while True:
+                with shared:
+                    now = self.now()
+                    outcome = core.attempt_llm(a, reply, attempt, now, now - first)
+                if type(outcome) is Answered:
+                    return new_tokens, outcome.reply, outcome.reply.latency_s
+                if type(outcome) is CallFailed:
+                    return new_tokens, outcome.reply, outcome.after_s
+                attempt += 1
+                yield Sleep(outcome.after_s * self.time_scale, "llm")  # type: ignore[union-attr]
+        except BaseException:
+            with shared:
+                core.in_flight -= 1
+            raise
 
     def tool_call(self, a: Agent, call: ToolCall) -> Generator[Any, Any, Effects]:
         """One tool call: its lock (if named), its duration; then ``on_tool``."""

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from megaactors.core.ledger import Ledger
     from megaactors.core.organisation import Organisation
     from megaactors.network import FaultSpec, NetworkModel
+    from megaactors.providers.limits import ProviderModel
     from megaactors.runtime.result import RunResult
 
 __all__ = ["DEFAULT_TIME_SCALE", "Runtime", "RuntimeFactory", "RuntimeOptions"]
@@ -52,6 +53,10 @@ class RuntimeOptions:
     time_scale: float | None = None
     """Live runtimes: wall seconds per virtual second (None: :data:`DEFAULT_TIME_SCALE`).
     Runtimes in virtual time ignore it."""
+    provider: ProviderModel | None = None
+    """The LLM provider's rate limits, retries and failures
+    (:class:`~megaactors.providers.limits.ProviderModel`; None: every call answers).
+    Applied to the simulated LLM; a real endpoint's client retries by itself."""
     network: NetworkModel | None = None
     """Delivery latency per channel and placement on machines (None: instantaneous)."""
     faults: FaultSpec | None = None

@@ -2,24 +2,18 @@
 
 Virtual time only: an LLM call takes the latency its seeded model draws, delivery is
 instantaneous, and nothing reads the wall clock but ``wall_s``. Events (LLM replies,
-finished tool calls) are taken in ``(time, sequence number)`` order from an
+retries, finished tool calls) are taken in ``(time, sequence number)`` order from an
 :class:`~megaactors.runtime.events.EventQueue`; agents woken at the current instant
 wait in a FIFO. The same seed gives the same results, byte for byte.
 
-What effects mean (behaviour calls and their errors, applying effects, recruiting,
-LLM and tool accounting, the memory window, the result) is the
-:class:`~megaactors.runtime.interpreter.Interpreter`'s; this module decides when
-things happen. The serial token, tool locks and LLM slots are
-:class:`~megaactors.runtime.gates.FifoGate` s whose waiters go back to the ready
-queue. In-queues are :attr:`SimRuntime.mail`: a broadcast to a group or to the
-admins is one entry in that channel's shared log, a batch from the logs is counted
-and sized without listing its packets. Between two events the whole state is a
-:class:`~megaactors.runtime.sim_state.SimState` (:meth:`SimRuntime.snapshot`,
-:meth:`SimRuntime.restore`).
-
-The event loop (:meth:`SimRuntime.advance`) and delivery (:meth:`SimRuntime._deliver`)
-are written out by hand (they run once per event and per message); the inlined
-steps say what they mirror.
+What effects mean is the :class:`~megaactors.runtime.interpreter.Interpreter`'s; this
+module decides when things happen (calls under a provider model:
+:mod:`megaactors.runtime.sim_retry`). The serial token, tool locks and LLM slots are
+:class:`~megaactors.runtime.gates.FifoGate` s. In-queues are :attr:`SimRuntime.mail`
+(a broadcast is one entry in its channel's shared log). Between two events the whole
+state is a :class:`~megaactors.runtime.sim_state.SimState` (:meth:`SimRuntime.snapshot`,
+:meth:`SimRuntime.restore`). The event loop and delivery are written out by hand
+(they run once per event and per message); the inlined steps say what they mirror.
 """
 
 from __future__ import annotations
@@ -46,7 +40,8 @@ from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim_queues import SimQueues
-from megaactors.runtime.sim_state import START, SimObserver, SimState, ToolInFlight
+from megaactors.runtime.sim_retry import ProviderCalls
+from megaactors.runtime.sim_state import START, LLMRetry, SimObserver, SimState, ToolInFlight
 
 __all__ = ["SimRuntime"]
 
@@ -54,7 +49,7 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an it
 _append = list.append
 
 
-class SimRuntime(SimQueues):
+class SimRuntime(ProviderCalls, SimQueues):
     """Runs a behaviour over an organisation in virtual time.
 
     ``observer`` watches the run change between snapshots (see
@@ -75,8 +70,9 @@ class SimRuntime(SimQueues):
     ) -> None:
         self.options = options = RuntimeOptions.build(options, **option_fields)
         llm = llm if llm is not None else SimulatedLLM(seed=options.seed)
+        tools, provider = dict(options.tools or {}), options.provider
         self.core = Interpreter(
-            org, behaviour, llm, host=self, tools=dict(options.tools or {}), trace=options.trace, observer=observer
+            org, behaviour, llm, host=self, tools=tools, trace=options.trace, observer=observer, provider=provider
         )
         self.org, self.behaviour, self.llm, self.tools = org, behaviour, llm, self.core.tools
         self.seed, self.max_concurrent_llm, self.serial = options.seed, options.max_concurrent_llm, options.serial
@@ -93,8 +89,7 @@ class SimRuntime(SimQueues):
         median = getattr(getattr(llm, "latency", None), "median_s", 0.0) or 1.0
         self._events_width = median / 16
         self._events = EventQueue(self._events_width)
-        """Pending events: LLM replies and finished tool calls (a calendar of time buckets
-        1/16 of the median LLM latency wide)."""
+        """Pending events (a calendar of time buckets 1/16 of the median latency wide)."""
         self._seq = 0
         self._ready: deque[int] = deque()
         cap = options.max_concurrent_llm
@@ -155,11 +150,8 @@ class SimRuntime(SimQueues):
         self._drain()
 
     def step(self) -> bool:
-        """Run one event: the next LLM reply or finished tool call and the
-        instantaneous cascade it causes (deliveries, wake-ups, new batches). Between
-        two events nothing is in motion but calls in flight. Returns False when there
-        was nothing left to run. (A durable run's super-step is a window of virtual
-        time holding any number of events: see :mod:`megaactors.durable.checkpointing`.)"""
+        """Run one event (an LLM reply, a retry, a finished tool call) and the cascade it
+        causes (deliveries, wake-ups, new batches); False when nothing was left to run."""
         if not self._events:
             return False
         t, _, aid = self._events.pop()
@@ -284,12 +276,14 @@ class SimRuntime(SimQueues):
             self._call_tool(a, wait)  # type: ignore[arg-type]
 
     def _call_llm(self, a: Agent, request: LLMRequest, admitted: bool = False) -> None:
-        """Issue ``a``'s call (``admitted``: it holds an LLM slot already) or queue it
-        for a slot."""
+        """Issue ``a``'s call (``admitted``: it holds an LLM slot) or queue it for one."""
         slots = self._llm_slots
         if slots is not None and not admitted and not slots.try_acquire(a):
             a.pending = request
             slots.wait(a)
+            return
+        if self.core.provider is not None:
+            self._first_attempt(a, request)
             return
         new_tokens, reply = self._issue_llm(a, request)
         self._seq += 1
@@ -303,6 +297,9 @@ class SimRuntime(SimQueues):
         a.pending = None
         if type(pending) is ToolInFlight:
             self._tool_done(a, pending)
+            return
+        if type(pending) is LLMRetry:
+            self._attempt(a, pending)
             return
         core = self.core
         core.in_flight -= 1
@@ -448,6 +445,7 @@ class SimRuntime(SimQueues):
             ledger=core.ledger,
             trace=core.trace,
             wall_s=self.wall_s,
+            limits=core.limits if core.provider is not None else None,
             network=self._net.state if self._net is not None else None,
         )
 
@@ -471,6 +469,8 @@ class SimRuntime(SimQueues):
         core.postman.next_message_id = state.next_message_id
         core.recruited, core.recruiters = state.recruited, state.recruiters
         core.in_flight, core.tool_invocations = state.in_flight, state.tool_invocations
+        if state.limits is not None:
+            core.limits = state.limits
         self._bind()
         if queues is not None:
             self._open_mail()

@@ -9,7 +9,8 @@ encodes it (:mod:`megaactors.durable.state`) and never reads the runtime's inter
 
 What an agent waits for (``Agent.pending``) is one of: ``None``; :data:`START` (its
 start effects wait for the serial token); an :data:`LLMInFlight` tuple; a
-:class:`ToolInFlight`; or the :class:`~megaactors.core.behaviour.LLMRequest` it
+:class:`ToolInFlight`; an :class:`LLMRetry` (its call waits to try again under the
+provider model); or the :class:`~megaactors.core.behaviour.LLMRequest` it
 waits to issue while every LLM slot is taken.
 
 A :class:`SimObserver` sees what changes between two snapshots without scanning the
@@ -32,11 +33,12 @@ if TYPE_CHECKING:
     from megaactors.core.llm import LLMReply
     from megaactors.core.messages import Packet
     from megaactors.core.trace import Trace
+    from megaactors.providers.limits import LimitState
     from megaactors.runtime.events import Event
     from megaactors.runtime.mailboxes import Mailboxes
     from megaactors.runtime.net_delivery import NetworkState
 
-__all__ = ["START", "LLMInFlight", "SimObserver", "SimState", "ToolInFlight"]
+__all__ = ["START", "LLMInFlight", "LLMRetry", "SimObserver", "SimState", "ToolInFlight"]
 
 
 class _Start:
@@ -68,6 +70,25 @@ class ToolInFlight:
 
     def __repr__(self) -> str:
         return f"ToolInFlight({self.call.name!r}, requested={self.requested}, started={self.started})"
+
+
+class LLMRetry:
+    """``Agent.pending`` of an agent whose LLM call failed an attempt under the
+    provider model and waits to try again (its event is the next attempt)."""
+
+    __slots__ = ("attempt", "first", "new_tokens", "reply")
+
+    def __init__(self, new_tokens: int, reply: LLMReply, first: float, attempt: int = 0) -> None:
+        self.new_tokens = new_tokens
+        self.reply = reply
+        """The call as drawn (not yet accounted)."""
+        self.first = first
+        """When its first attempt started."""
+        self.attempt = attempt
+        """The number of the next attempt (0 first)."""
+
+    def __repr__(self) -> str:
+        return f"LLMRetry(call {self.reply.call_index}, attempt {self.attempt}, first={self.first})"
 
 
 @dataclass
@@ -117,6 +138,8 @@ class SimState:
     trace: Trace | None
     wall_s: float
     """Wall time the run has taken so far."""
+    limits: LimitState | None = None
+    """The provider model's token buckets (None: the run has no provider model)."""
     network: NetworkState | None = None
     """Copies in flight, crashed agents, seen ids and fault counts (a run through a
     network: see :mod:`megaactors.runtime.net_delivery`)."""

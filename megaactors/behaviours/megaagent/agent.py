@@ -28,7 +28,9 @@ agent failing more than ``retry_cap`` times ends the run with
 sibling: workers on the intra-group channel, admins with another admin on the admin
 channel (inter-group chat); tasks, deliveries and reviews travel on the hierarchy
 channel. Token counts per LLM call come from :class:`TokenPlan` (one entry per
-stage: planning, task solving, merging).
+stage: planning, task solving, merging). An LLM call the provider gave up on (a reply
+with ``failed`` set: rate limits, errors, timeouts, see
+:mod:`megaactors.providers.limits`) is made again, its prompt now in memory.
 
 Optional mechanisms of the reference code (off by default; see :class:`Work` and
 :class:`OuterLoop`): reviews that read every delivery they cover, a polling delay
@@ -215,6 +217,10 @@ class MegaAgent:
         return self._after_poll(ctx, state, eff)
 
     def on_reply(self, ctx: AgentContext, state: dict[str, Any], reply: LLMReply) -> Effects:
+        if reply.failed is not None:  # the provider gave up: the same call again, its prompt now in memory
+            if reply.failed == "too_large":
+                raise ValueError(f"a call of {reply.tokens_in} prompt tokens can never fit the provider's token limit")
+            return Effects(llm=LLMRequest(0, self.tokens.stage(reply.stage).output_tokens, reply.stage))
         window = state["windows"].get(reply.stage)
         if window is None:
             state["windows"][reply.stage] = [ctx.now - reply.latency_s, ctx.now]

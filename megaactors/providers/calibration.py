@@ -1,0 +1,256 @@
+"""Fitting the simulated LLM to a real endpoint from its call log.
+
+A call log is JSON lines, one per attempt, as
+:class:`~megaactors.providers.chat_completions.ChatCompletionsClient` writes with
+``call_log=PATH``: ``ts``, ``latency_s``, ``input_tokens``, ``output_tokens``,
+``status`` (HTTP status, 0 for a timeout), ``model``. :func:`fit` estimates the
+latency model ``latency = median_s·exp(sigma·z) + prefill_s_per_token·input_tokens +
+per_output_token_s·output_tokens`` from the answered calls:
+
+1. the per-token slopes and the median by **median regression** (least absolute
+   deviations by iteratively reweighted least squares): ``median_s·exp(sigma·z)`` is
+   independent of the token counts, so the conditional median of the latency is
+   ``median_s + prefill·input + decode·output`` and outliers weigh little;
+2. the **lognormal fit of the residual** ``latency - prefill·input - decode·output``:
+   ``median_s`` is the exponential of the median of its logarithm, ``sigma`` the
+   robust scale (1.4826 × median absolute deviation) of that logarithm;
+3. standard errors of all four by a seeded bootstrap.
+
+It also summarises the output-token distribution and the rates of 429s, server
+errors and timeouts among all attempts. :func:`save_model` writes the model file
+that ``--llm-model`` reads (:mod:`megaactors.providers.presets`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from megaactors.errors import ParameterError
+from megaactors.providers.presets import MODEL_FORMAT, MODEL_VERSION
+
+__all__ = ["LATENCY_NAMES", "CallLog", "fit", "read_call_logs", "residual_figure"]
+
+LATENCY_NAMES = ("median_s", "sigma", "prefill_s_per_token", "per_output_token_s")
+_REQUIRED = ("ts", "latency_s", "status", "model")
+_BOOTSTRAP = 100
+_MAD_TO_SIGMA = 1.4826
+
+
+@dataclass
+class CallLog:
+    """Every attempt of one or more call logs, by column."""
+
+    latency_s: list[float] = field(default_factory=list)
+    input_tokens: list[int | None] = field(default_factory=list)
+    output_tokens: list[int | None] = field(default_factory=list)
+    status: list[int] = field(default_factory=list)
+    ts: list[float] = field(default_factory=list)
+    models: set[str] = field(default_factory=set)
+    skipped: list[str] = field(default_factory=list)
+    """Where and why each bad line was skipped (``--skip-bad-lines``)."""
+
+    def __len__(self) -> int:
+        return len(self.status)
+
+
+def read_call_logs(paths: Iterable[str | Path], skip_bad_lines: bool = False) -> CallLog:
+    """Read call logs; a line that is not a JSON object with the needed fields is a
+    :class:`ParameterError` naming the file and line (or, with ``skip_bad_lines``,
+    noted in ``skipped``)."""
+    log = CallLog()
+    for path in paths:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ParameterError(f"cannot read call log {str(path)!r}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ParameterError(f"call log {str(path)!r} is not text (JSON lines)") from None
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            problem = _add(log, line)
+            if problem is not None:
+                where = f"{path}:{number}: {problem}"
+                if not skip_bad_lines:
+                    raise ParameterError(f"{where} (--skip-bad-lines to go on without it)")
+                log.skipped.append(where)
+    return log
+
+
+def _add(log: CallLog, line: str) -> str | None:
+    """Append one line's attempt; or say what is wrong with it."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return "not JSON"
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__}, not an object"
+    missing = [k for k in _REQUIRED if k not in row]
+    status = row.get("status")
+    if status == 200:
+        missing += [k for k in ("input_tokens", "output_tokens") if row.get(k) is None]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    numbers = {k: row[k] for k in ("ts", "latency_s")}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in numbers.values()):
+        return "ts and latency_s must be numbers"
+    if row["latency_s"] < 0:
+        return f"negative latency_s {row['latency_s']}"
+    if not isinstance(status, int) or isinstance(status, bool) or not 0 <= status <= 599:
+        return f"status must be an HTTP status or 0, got {status!r}"
+    tokens = (row.get("input_tokens"), row.get("output_tokens"))
+    if any(t is not None and (not isinstance(t, int) or isinstance(t, bool) or t < 0) for t in tokens):
+        return "input_tokens and output_tokens must be non-negative integers"
+    log.ts.append(float(row["ts"]))
+    log.latency_s.append(float(row["latency_s"]))
+    log.status.append(status)
+    log.input_tokens.append(tokens[0])
+    log.output_tokens.append(tokens[1])
+    log.models.add(str(row["model"]))
+    return None
+
+
+def _answered(log: CallLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Latencies, prompt tokens and reply tokens of the answered calls (status 200)."""
+    ok = np.array(log.status) == 200
+    tin = np.array([t for t, good in zip(log.input_tokens, ok, strict=True) if good], dtype=float)
+    tout = np.array([t for t, good in zip(log.output_tokens, ok, strict=True) if good], dtype=float)
+    return np.array(log.latency_s)[ok], tin, tout
+
+
+def _median_regression(x: np.ndarray, y: np.ndarray, start: np.ndarray | None, iterations: int) -> np.ndarray:
+    """Least absolute deviations by iteratively reweighted least squares (from ``start``,
+    or from least squares)."""
+    b = np.linalg.lstsq(x, y, rcond=None)[0] if start is None else start
+    for _ in range(iterations):
+        w = np.sqrt(1.0 / np.maximum(np.abs(y - x @ b), 1e-9))
+        b = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)[0]
+    return b
+
+
+def _latency_fit(
+    tin: np.ndarray, tout: np.ndarray, lat: np.ndarray, start: np.ndarray | None = None, iterations: int = 60
+) -> tuple[np.ndarray, np.ndarray]:
+    """``[median_s, sigma, prefill, decode]`` and the regression's coefficients (a
+    bootstrap resample starts from those of the whole log)."""
+    x = np.column_stack([np.ones_like(lat), tin, tout])
+    scale = np.maximum(x.max(axis=0), 1.0)  # columns of similar size for the solver
+    scaled = _median_regression(x / scale, lat, start, iterations)
+    b = scaled / scale
+    prefill, decode = max(0.0, float(b[1])), max(0.0, float(b[2]))
+    base = lat - prefill * tin - decode * tout
+    logs = np.log(base[base > 0])
+    if len(logs) < 2:
+        raise ParameterError("the token counts explain every latency: no positive residual to fit")
+    centre = float(np.median(logs))
+    sigma = _MAD_TO_SIGMA * float(np.median(np.abs(logs - centre)))
+    return np.array([math.exp(centre), sigma, prefill, decode]), scaled
+
+
+def fit(log: CallLog, *, min_calls: int = 10, seed: int = 0) -> dict[str, Any]:
+    """The latency model, its standard errors, the output-token distribution and the
+    attempts' failure rates, as the content of a model file."""
+    status = np.array(log.status)
+    ok = status == 200
+    if int(ok.sum()) < min_calls:
+        raise ParameterError(f"the call log has {int(ok.sum())} answered call(s); fitting needs at least {min_calls}")
+    lat, tin, tout = _answered(log)
+    params, coefficients = _latency_fit(tin, tout, lat)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(_BOOTSTRAP):
+        pick = rng.integers(0, len(lat), len(lat))
+        boots.append(_latency_fit(tin[pick], tout[pick], lat[pick], coefficients, 15)[0])
+    errors = np.std(np.array(boots), axis=0, ddof=1)
+    attempts = len(status)
+    span = max(log.ts) - min(log.ts) if log.ts else 0.0
+    out_pos = tout[tout > 0]
+    return {
+        "format": MODEL_FORMAT,
+        "version": MODEL_VERSION,
+        **{name: float(v) for name, v in zip(LATENCY_NAMES, params, strict=True)},
+        "uncertainty": {name: float(e) for name, e in zip(LATENCY_NAMES, errors, strict=True)},
+        "output_tokens": {
+            "mean": float(tout.mean()),
+            "median": float(np.median(tout)),
+            "p90": float(np.percentile(tout, 90)),
+            "log_mean": float(np.log(out_pos).mean()) if len(out_pos) else 0.0,
+            "log_sigma": float(np.log(out_pos).std()) if len(out_pos) > 1 else 0.0,
+        },
+        "input_tokens": {"mean": float(tin.mean()), "median": float(np.median(tin))},
+        "rates": {
+            "rate_limited": float((status == 429).sum() / attempts),
+            "error": float(((status >= 500) | ((status >= 400) & (status != 429))).sum() / attempts),
+            "timeout": float((status == 0).sum() / attempts),
+        },
+        "calls": int(ok.sum()),
+        "attempts": attempts,
+        "requests_per_minute": float(attempts / span * 60) if span > 0 else None,
+        "models": sorted(log.models),
+    }
+
+
+def format_fit(model: dict[str, Any]) -> str:
+    """The fit in a few lines, each number with its standard error."""
+    err = model["uncertainty"]
+    rates, out = model["rates"], model["output_tokens"]
+    lines = [
+        f"latency model from {model['calls']:,} answered calls of {model['attempts']:,} attempts "
+        f"({', '.join(model['models'])}):",
+        f"  median_s            {model['median_s']:.4g} ± {err['median_s']:.2g} s",
+        f"  sigma               {model['sigma']:.4g} ± {err['sigma']:.2g}",
+        f"  prefill_s_per_token {model['prefill_s_per_token']:.4g} ± {err['prefill_s_per_token']:.2g} s"
+        + (f" ({1 / model['prefill_s_per_token']:,.0f} tokens/s)" if model["prefill_s_per_token"] > 0 else ""),
+        f"  per_output_token_s  {model['per_output_token_s']:.4g} ± {err['per_output_token_s']:.2g} s"
+        + (f" ({1 / model['per_output_token_s']:,.0f} tokens/s)" if model["per_output_token_s"] > 0 else ""),
+        f"  output tokens       mean {out['mean']:.1f}, median {out['median']:.0f}, p90 {out['p90']:.0f}",
+        f"  attempts            {rates['rate_limited']:.2%} rate-limited (429), {rates['error']:.2%} errors, "
+        f"{rates['timeout']:.2%} timeouts",
+    ]
+    return "\n".join(lines)
+
+
+def save_model(model: dict[str, Any], path: Path) -> None:
+    """Write the model file (whole, or not at all)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(model, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def residual_figure(log: CallLog, model: dict[str, Any], path: Path) -> None:
+    """A PNG: measured against fitted median latency, and the residual's logarithm
+    against the fitted normal."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lat, tin, tout = _answered(log)
+    tokens_part = model["prefill_s_per_token"] * tin + model["per_output_token_s"] * tout
+    fitted = model["median_s"] + tokens_part
+    base = lat - tokens_part
+    logs = np.log(base[base > 0])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.scatter(fitted, lat, s=4, alpha=0.4)
+    top = float(max(fitted.max(), lat.max()))
+    left.plot([0, top], [0, top], color="black", linewidth=1, label="measured = fitted median")
+    left.set_xlabel("fitted median latency [s]")
+    left.set_ylabel("measured latency [s]")
+    left.legend()
+    right.hist(logs, bins=60, density=True, alpha=0.6, label="log residual")
+    mu, sigma = math.log(model["median_s"]), max(model["sigma"], 1e-9)
+    grid = np.linspace(float(logs.min()), float(logs.max()), 200)
+    right.plot(grid, np.exp(-0.5 * ((grid - mu) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi)), label="fit")
+    right.set_xlabel("log(latency − token terms) [log s]")
+    right.legend()
+    fig.suptitle(f"calibration: median {model['median_s']:.3g} s, sigma {model['sigma']:.3g}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
