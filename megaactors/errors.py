@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "BehaviourError",
+    "ClusterError",
     "CorruptStoreError",
     "FencingError",
     "FormatVersionError",
@@ -29,6 +30,10 @@ __all__ = [
 
 class ParameterError(ValueError):
     """Impossible run parameters; the text names the parameter."""
+
+
+class ClusterError(RuntimeError):
+    """A Ray cluster cannot be used (not installed, unreachable, other versions)."""
 
 
 # ---------------------------------------------------------------------- agents and messages

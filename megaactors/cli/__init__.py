@@ -36,10 +36,19 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from megaactors.core.organisation import OrganisationError
     from megaactors.durable.billing import BillingError
     from megaactors.durable.store import StoreError
-    from megaactors.errors import ParameterError
+    from megaactors.errors import ClusterError, ParameterError
     from megaactors.experiments.result_rows import SweepError
 
-    return (CommandError, ParameterError, StoreError, SweepError, BillingError, MessageError, OrganisationError)
+    return (
+        CommandError,
+        ClusterError,
+        ParameterError,
+        StoreError,
+        SweepError,
+        BillingError,
+        MessageError,
+        OrganisationError,
+    )
 
 
 def build_parser() -> Parser:
