@@ -31,6 +31,9 @@ ADDRESS = Param(
 )
 
 _CONNECT_TIMEOUT_S = 5.0
+_LOCAL_ATTEMPTS = 2
+"""A local instance is started again once: on a loaded machine Ray's helpers can miss
+the raylet's 15 s start-up window, and a second start finds their files cached."""
 
 
 def import_ray() -> Any:
@@ -77,12 +80,16 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
     options: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
     if address is None:
         options.update(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1")
-    try:
-        ray.init(address=address, **options)
-    except Exception as exc:  # Ray raises bare Exception for a node that did not start
-        ray.shutdown()
-        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        raise ClusterError(f"cannot connect to {where}: {_one_line(exc)}") from None
+    attempts = 1 if address is not None else _LOCAL_ATTEMPTS
+    for attempt in range(attempts):
+        try:
+            ray.init(address=address, **options)
+            break
+        except Exception as exc:  # Ray raises a bare Exception for a node that did not start
+            ray.shutdown()
+            if attempt + 1 == attempts:
+                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+                raise ClusterError(f"cannot connect to {where}: {_one_line(exc)}") from None
     try:
         _check_versions(ray)
         yield ray
