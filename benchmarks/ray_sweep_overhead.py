@@ -27,16 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from ray_cluster import LocalRayCluster
+from sweep_overhead import bare_loop  # this script's directory is on the path
 
-from megaactors.experiments.sweep import plan, run_sweep
-
-
-def bare_loop(grid: dict[str, object]) -> float:
-    specs = [run.spec for run in plan(grid)]
-    t0 = time.perf_counter()
-    for spec in specs:
-        spec.execute()
-    return time.perf_counter() - t0
+from megaactors.experiments.sweep import run_sweep
 
 
 def sweep(grid: dict[str, object], **how: object) -> float:
