@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "BehaviourError",
+    "BehaviourLoadError",
     "ClusterError",
     "CorruptStoreError",
     "FencingError",
@@ -23,6 +24,7 @@ __all__ = [
     "StateError",
     "StoreError",
     "TransitionError",
+    "UncheckpointableError",
     "UnknownRunError",
     "VersionMismatchError",
 ]
@@ -34,6 +36,12 @@ class ParameterError(ValueError):
 
 class ClusterError(RuntimeError):
     """A Ray cluster cannot be used (not installed, unreachable, other versions)."""
+
+
+class BehaviourLoadError(ParameterError):
+    """A behaviour named by a run cannot be loaded or built (an import path that does
+    not import, a class that is not a behaviour, unknown constructor parameters); the
+    text says which and why."""
 
 
 # ---------------------------------------------------------------------- agents and messages
@@ -61,6 +69,11 @@ class RouteError(PermissionError):
 
 class RecruitError(RuntimeError):
     """A recruitment the organisation does not allow (fan-out cap reached)."""
+
+
+class UncheckpointableError(ValueError):
+    """A behaviour's state or a message payload holds a value a checkpoint cannot
+    store; the text names the agent, where in its state, and the value's type."""
 
 
 # ---------------------------------------------------------------------- durable runs

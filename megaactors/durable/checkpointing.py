@@ -41,8 +41,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from megaactors.core.behaviour import Behaviour
+from megaactors.core.behaviour import Behaviour, check_organisation
 from megaactors.durable.outbox import Outbox
+from megaactors.durable.packable import explain
 from megaactors.durable.state import DurableSim
 from megaactors.durable.store import (
     CheckpointLog,
@@ -54,11 +55,12 @@ from megaactors.durable.store import (
     pack_state,
     seal_state,
 )
+from megaactors.errors import UncheckpointableError
 from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.result import RunResult
 
-__all__ = ["GENESIS_BYTES_PER_AGENT", "DurableOptions", "Progress", "fork_run", "run_durable"]
+__all__ = ["GENESIS_BYTES_PER_AGENT", "DurableOptions", "Progress", "fork_run", "preflight", "run_durable"]
 
 GENESIS_BYTES_PER_AGENT = 300
 """Estimated packed size of one agent in a full snapshot: the weight of a genesis
@@ -164,7 +166,10 @@ class _Writer:
             kind = "full" if self.since_full >= self.full_ratio * self.full_bytes else "delta"
             state = rt.full() if kind == "full" else rt.delta()
         full = kind != "delta"
-        packed = pack_state(state)
+        try:
+            packed = pack_state(state)
+        except (TypeError, ValueError, OverflowError):
+            raise UncheckpointableError(explain(state)) from None
         self.progress.capture_s += time.perf_counter() - t0
         led = rt.ledger
         meta = {
@@ -245,8 +250,8 @@ def run_durable(
     """Run ``spec`` under ``lease`` from its newest checkpoint (or from the start),
     checkpointing as it goes; return the result. ``lost`` is polled between
     super-steps (a heartbeat that lost the lease stops the run early);
-    ``behaviour``/``tools`` replace the chat round for Python callers, who must
-    pass the same ones on every resume."""
+    ``behaviour``/``tools`` replace the spec's behaviour (and give its tools) for
+    Python callers, who must pass the same ones on every resume."""
     options = options or DurableOptions()
     progress = progress if progress is not None else Progress()
     outbox = Outbox(store, lease, billing_url=options.billing_url)
@@ -258,9 +263,12 @@ def run_durable(
     def gate(agent: int, index: int, call: Any, run: Callable[[], Any]) -> Any:
         return outbox.perform(f"{run_id}/tool/{index}", "tool", {"agent": agent, "tool": call.name}, run)
 
+    org = spec.organisation()
+    behaviour = behaviour if behaviour is not None else spec.build_behaviour()
+    check_organisation(behaviour, org)
     rt = DurableSim(
-        spec.organisation(),
-        behaviour if behaviour is not None else spec.behaviour(),
+        org,
+        behaviour,
         spec.llm(),
         seed=spec.seed,
         max_concurrent_llm=spec.max_concurrent_llm,
@@ -307,6 +315,24 @@ def run_durable(
     return result
 
 
+def preflight(spec: RunSpec) -> None:
+    """Start ``spec``'s run in memory and pack its state as a checkpoint would: the
+    behaviour's refusal of the organisation, and a state a checkpoint cannot store
+    (:class:`~megaactors.errors.UncheckpointableError`, naming the agent and the
+    value), show before a durable run is created."""
+    org = spec.organisation()
+    behaviour = spec.build_behaviour()
+    check_organisation(behaviour, org)
+    rt = DurableSim(org, behaviour, spec.llm(), seed=spec.seed, max_concurrent_llm=spec.max_concurrent_llm,
+                    serial=spec.serial, trace=False)  # fmt: skip
+    rt.start()
+    state = rt.full()
+    try:
+        pack_state(state)
+    except (TypeError, ValueError, OverflowError):
+        raise UncheckpointableError(explain(state)) from None
+
+
 def fork_run(
     store: CheckpointStore, run_id: str, step: int, new_run_id: str, params: dict[str, Any] | None = None
 ) -> None:
@@ -320,7 +346,7 @@ def fork_run(
         return
     spec = RunSpec.from_dict(source.params)
     RunSpec.from_dict(params)  # the new parameters must be valid too
-    rt = DurableSim(spec.organisation(), spec.behaviour(), spec.llm(), seed=spec.seed,
+    rt = DurableSim(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=spec.seed,
                     max_concurrent_llm=spec.max_concurrent_llm, serial=spec.serial, trace=spec.trace)  # fmt: skip
     chain = store.chain(run_id, step)
     rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])

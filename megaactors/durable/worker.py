@@ -27,6 +27,7 @@ from megaactors.durable.checkpointing import DurableOptions, Progress, run_durab
 from megaactors.durable.outbox import settle_compensations
 from megaactors.durable.runqueue import DEFAULT_LEASE_S, Heartbeat, RunQueue, owner_id
 from megaactors.durable.store import CheckpointStore, FencingError, Lease, StoreError
+from megaactors.errors import OrganisationError, UncheckpointableError
 from megaactors.experiments.budget import Budget
 from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.redact import redact
@@ -34,6 +35,9 @@ from megaactors.redact import redact
 __all__ = ["execute_claimed", "work", "work_in_processes"]
 
 Log = Callable[[str], None]
+PERMANENT = (ParameterError, OrganisationError, UncheckpointableError)
+"""Failures a run meets again on every attempt (its parameters, its organisation, a
+state a checkpoint cannot store): the run is dead-lettered at once."""
 
 
 def _stderr(line: str) -> None:
@@ -75,7 +79,7 @@ def execute_claimed(
             error = f"{type(exc).__name__}: {exc}"
             log(f"worker {lease.owner}: run {lease.run_id!r} failed: {error}\n{traceback.format_exc()}")
             try:
-                return store.fail(lease, error)
+                return store.fail(lease, error, final=isinstance(exc, PERMANENT))
             except FencingError:
                 return "lost"
     settle_compensations(store, run_id=lease.run_id)
