@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "BehaviourError",
     "BehaviourLoadError",
+    "ClusterError",
     "CorruptStoreError",
     "FencingError",
     "FormatVersionError",
@@ -31,6 +32,10 @@ __all__ = [
 
 class ParameterError(ValueError):
     """Impossible run parameters; the text names the parameter."""
+
+
+class ClusterError(RuntimeError):
+    """A Ray cluster cannot be used (not installed, unreachable, other versions)."""
 
 
 class BehaviourLoadError(ParameterError):

@@ -38,11 +38,12 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from megaactors.core.organisation import OrganisationError
     from megaactors.durable.billing import BillingError
     from megaactors.durable.store import StoreError
-    from megaactors.errors import ParameterError, UncheckpointableError
+    from megaactors.errors import ClusterError, ParameterError, UncheckpointableError
     from megaactors.experiments.result_rows import SweepError
 
     return (
         CommandError,
+        ClusterError,
         ParameterError,
         StoreError,
         SweepError,

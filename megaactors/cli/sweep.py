@@ -17,6 +17,8 @@ from megaactors.cli.common import (
 )
 from megaactors.experiments.budget import MAX_AGENTS, MAX_MESSAGES
 from megaactors.experiments.spec import PARAMETERS
+from megaactors.experiments.sweep import EXECUTOR
+from megaactors.runtime.ray_cluster import ADDRESS
 from megaactors.validation import Param
 
 __all__ = ["WORKERS", "grid_from_args", "register"]
@@ -46,6 +48,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--out", "-o", required=True, help="output directory")
     add_param(p, WORKERS)
+    add_param(p, EXECUTOR, default="process")
+    add_param(p, ADDRESS)
     add_param(p, MAX_MESSAGES)
     add_param(p, MAX_AGENTS)
     p.add_argument("--retry-errors", action="store_true", help="rerun runs that failed in an earlier attempt")
@@ -85,6 +89,8 @@ def handle(args: argparse.Namespace) -> int:
             max_agents=args.max_agents,
             progress=not args.quiet,
             retry_errors=args.retry_errors,
+            executor=args.executor,
+            address=args.address,
         )
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished runs are in {out / 'results.csv'}; rerun the same command to resume",

@@ -20,6 +20,10 @@ run recorded the same way. Runs over the budget — the closed-form message coun
 has (:mod:`~megaactors.experiments.budget`) — are not executed but recorded with
 ``status == "skipped"``, the reason and their ``expected_messages``, so figures can
 draw the closed form beyond what is feasible.
+
+With ``executor="ray"`` the runs are Ray tasks instead, on the cluster at ``address``
+or on a local Ray instance started and stopped by the sweep
+(:mod:`~megaactors.experiments.ray_sweep`): the same rows, file, resume and error rows.
 """
 
 from __future__ import annotations
@@ -57,12 +61,15 @@ from megaactors.experiments.result_rows import (
 )
 from megaactors.experiments.spec import BEHAVIOUR_PREFIX, PARAMETERS, ParameterError, RunSpec
 from megaactors.experiments.sweep_dir import SweepDirectory
+from megaactors.runtime.ray_cluster import ADDRESS, check_reachable, import_ray
+from megaactors.validation import Param
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
     "COLUMNS",
+    "EXECUTOR",
     "OPTIMAL",
     "PARAMS",
     "GridLike",
@@ -77,6 +84,9 @@ __all__ = [
 ]
 
 _DEFAULTS = RunSpec()
+
+EXECUTORS = ("process", "ray")
+EXECUTOR = Param("executor", str, "where runs execute: worker processes here, or Ray tasks", choices=lambda: EXECUTORS)
 
 GridLike = Mapping[str, Any] | Sequence[Mapping[str, Any]]
 
@@ -230,6 +240,8 @@ def run_sweep(
     max_agents: int | None = None,
     progress: bool | SweepProgress = True,
     retry_errors: bool = False,
+    executor: str = "process",
+    address: str | None = None,
 ) -> pd.DataFrame:
     """Run every run of ``grid`` and return one row per run as a DataFrame.
 
@@ -239,11 +251,21 @@ def run_sweep(
     processes run in parallel (default: one per core; ``0`` runs everything in this
     process, without isolation). ``progress`` is a bar (``True``), none, or a
     :class:`~megaactors.experiments.progress.SweepProgress` to report to; its units are
-    estimated work, largest runs first.
+    estimated work, largest runs first. ``executor="ray"`` runs each run as a Ray task
+    on the cluster at ``address`` (``HOST:PORT``; default: a local Ray instance), at
+    most ``workers`` in flight when given.
     """
     planned = plan(grid, max_messages, max_agents=max_agents)
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
         raise SweepError(f"workers must be an integer >= 0, got {workers!r}")
+    EXECUTOR.check(executor)
+    ADDRESS.check(address)
+    if address is not None and executor != "ray":
+        raise SweepError("address is the Ray cluster's: give it with executor='ray'")
+    if executor == "ray":  # refused before the directory is touched
+        if address is not None:
+            check_reachable(address)
+        import_ray()
     store = SweepDirectory(Path(out), normalise_grid(grid), max_messages) if out is not None else None
     done: dict[str, dict[str, Any]] = store.open(retry_errors) if store else {}
     todo = [p for p in planned if p.key not in done]
@@ -264,18 +286,29 @@ def run_sweep(
             for run in [p for p in todo if p.skipped]:
                 record(run, {"status": "skipped", "detail": run.skip_reason})
             runnable = sorted((p for p in todo if not p.skipped), key=PlannedRun.estimated_cost, reverse=True)
-            workers = _cores() if workers is None else workers
-            if workers == 0:
-                for run in runnable:
-                    record(run, execute(run.spec.as_dict()))
-            elif runnable:
-                _run_in_pool(runnable, min(workers, len(runnable)), record)
+            if executor == "ray":
+                if runnable:
+                    from megaactors.experiments.ray_sweep import run_on_ray
+
+                    tasks = [(run, run.spec.as_dict()) for run in runnable]
+                    run_on_ray(tasks, execute, record, address=address, workers=workers or None)
+            else:
+                _run_here(runnable, _cores() if workers is None else workers, record)
         finally:
             bar.close()
     finally:
         if store:
             store.close([p.key for p in planned])
     return frame(rows[p.key] for p in planned)
+
+
+def _run_here(runs: Sequence[PlannedRun], workers: int, record: Callable[[PlannedRun, dict[str, Any]], None]) -> None:
+    """In worker processes of this machine (in this process when ``workers == 0``)."""
+    if workers == 0:
+        for run in runs:
+            record(run, execute(run.spec.as_dict()))
+    elif runs:
+        _run_in_pool(runs, min(workers, len(runs)), record)
 
 
 def _cores() -> int:
