@@ -20,6 +20,7 @@ __all__ = [
     "RouteError",
     "RunExistsError",
     "StateError",
+    "StoreBusyError",
     "StoreError",
     "TransitionError",
     "UnknownRunError",
@@ -67,6 +68,10 @@ class StateError(ValueError):
 
 class StoreError(Exception):
     """A durable-store problem, described in one line."""
+
+
+class StoreBusyError(StoreError):
+    """The database is busy or out of reach for now (locked, restarting): worth trying again."""
 
 
 class CorruptStoreError(StoreError):

@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
         "resume",
         help="continue a checkpointed run from its newest checkpoint",
         description="Claim a run's lease and continue it from its newest checkpoint; a finished run prints "
-        "its recorded result.",
+        "its recorded result. A run held by a dead process of this host is taken over at once.",
     )
     add_store_option(p, primary="--checkpoint")
     p.add_argument("--run-id", required=True, type=run_id, help="the run to resume")
@@ -50,6 +50,7 @@ def register(sub: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     from megaactors import __version__
     from megaactors.durable import DurableOptions, RunQueue, owner_id
+    from megaactors.durable.holders import holder_is_dead
     from megaactors.durable.store import check_header
     from megaactors.experiments.spec import ParameterError, RunSpec
 
@@ -71,7 +72,7 @@ def handle(args: argparse.Namespace) -> int:
             raise CommandError(f"run {args.run_id!r} has bad parameters: {exc}") from exc
         check_budget(args, [spec])
         deadline = time.monotonic() + args.wait
-        while run.held:  # wait read-only: a claim would queue behind the holder's writes
+        while run.held and not holder_is_dead(run.owner):  # wait read-only: a claim would queue behind its writes
             if time.monotonic() >= deadline:
                 raise CommandError(
                     f"run {args.run_id!r} is held by {run.owner} for another "

@@ -33,6 +33,7 @@ same events, message ids and LLM call indices. Side effects go through the
 
 from __future__ import annotations
 
+import functools
 import math
 import queue
 import threading
@@ -43,6 +44,7 @@ from typing import Any
 
 from megaactors.core.behaviour import Behaviour
 from megaactors.durable.outbox import Outbox
+from megaactors.durable.runqueue import retry_busy
 from megaactors.durable.state import DurableSim
 from megaactors.durable.store import (
     CheckpointLog,
@@ -214,7 +216,7 @@ class _Writer:
             while (item := self._queue.get()) is not None:
                 step, parent, base, kind, meta, packed = item
                 blob = seal_state(packed)
-                store.write(self.lease, step, parent, base, kind, meta, blob)
+                retry_busy(functools.partial(store.write, self.lease, step, parent, base, kind, meta, blob))
                 self.progress.checkpoint_bytes += len(blob)
         except BaseException as exc:  # handed to the simulation's thread
             self._error = exc

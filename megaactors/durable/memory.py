@@ -184,6 +184,26 @@ class MemoryStore(CheckpointStore):
             run.status, run.fence, run.lease_expires, run.error = "cancelled", run.fence + 1, None, reason
             run.updated_at = self.now()
 
+    def end_lease(self, run_id: str, owner: str, fence: int) -> bool:
+        with self._t.lock:
+            run, now = self._run(run_id), self.now()
+            held = run.status == "running" and run.lease_expires is not None and run.lease_expires > now
+            if not held or run.owner != owner or run.fence != fence:
+                return False
+            run.lease_expires = run.updated_at = now
+            return True
+
+    def requeue(self, run_id: str, max_attempts: int | None = None) -> None:
+        if max_attempts is not None and max_attempts < 1:
+            raise StoreError(f"max attempts must be >= 1, got {max_attempts}")
+        with self._t.lock:
+            run = self._run(run_id)
+            if run.status != "dead":
+                raise StoreError(f"run {run_id!r} is {run.status}; only dead runs are requeued")
+            run.status, run.attempts, run.owner, run.lease_expires = "queued", 0, None, None
+            run.max_attempts = max_attempts or run.max_attempts
+            run.updated_at = self.now()
+
     # ------------------------------------------------------------------ the checkpoint log
 
     def write(

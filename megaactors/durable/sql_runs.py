@@ -195,3 +195,27 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
             )
         if not n:
             raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")
+
+    def end_lease(self, run_id: str, owner: str, fence: int) -> bool:
+        with self._write():
+            n = self._run(
+                "UPDATE megaactors_runs SET lease_expires = {NOW}, updated_at = {NOW} "
+                "WHERE run_id = ? AND owner = ? AND fence = ? AND status = 'running' AND lease_expires > {NOW}",
+                (run_id, owner, fence),
+            )
+        return bool(n)
+
+    def requeue(self, run_id: str, max_attempts: int | None = None) -> None:
+        if max_attempts is not None and max_attempts < 1:
+            raise StoreError(f"max attempts must be >= 1, got {max_attempts}")
+        with self._write():
+            row = self._one("SELECT status FROM megaactors_runs WHERE run_id = ? {LOCK}", (run_id,))
+            if row is None:
+                raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")
+            if row[0] != "dead":
+                raise StoreError(f"run {run_id!r} is {row[0]}; only dead runs are requeued")
+            self._run(
+                "UPDATE megaactors_runs SET status = 'queued', attempts = 0, owner = NULL, lease_expires = NULL, "
+                "max_attempts = COALESCE(?, max_attempts), updated_at = {NOW} WHERE run_id = ?",
+                (max_attempts, run_id),
+            )

@@ -47,6 +47,7 @@ from megaactors.errors import (
     FormatVersionError,
     LeaseHeldError,
     RunExistsError,
+    StoreBusyError,
     StoreError,
     UnknownRunError,
     VersionMismatchError,
@@ -71,6 +72,7 @@ __all__ = [
     "RunExistsError",
     "RunQueueStore",
     "RunRecord",
+    "StoreBusyError",
     "StoreConnection",
     "StoreError",
     "UnknownRunError",
@@ -286,6 +288,16 @@ class RunQueueStore(StoreConnection):
     @abstractmethod
     def cancel(self, run_id: str, reason: str = "cancelled") -> None:
         """Stop a run for good; its holder's next write fails."""
+
+    @abstractmethod
+    def end_lease(self, run_id: str, owner: str, fence: int) -> bool:
+        """End the lease of a holder known to be dead: the run's lease expires now if
+        ``owner`` still holds it under ``fence``; return whether it did."""
+
+    @abstractmethod
+    def requeue(self, run_id: str, max_attempts: int | None = None) -> None:
+        """Put a dead-lettered run back in the queue with its attempts counted from
+        zero (and, if given, a new ``max_attempts``); :class:`StoreError` unless it is dead."""
 
 
 class CheckpointLog(StoreConnection):

@@ -7,7 +7,13 @@ A claimed run that can never succeed here — bad parameters, or over this worke
 budget (:class:`~megaactors.experiments.budget.Budget`: too many agents or
 messages, or more memory than the machine has) — is dead-lettered at once with the
 reason, without being started. The processes of :func:`work_in_processes` end
-when their parent does, SIGKILL included."""
+when their parent does, SIGKILL included.
+
+A worker never exits because the database is busy or out of reach for a while
+(SQLite's "database is locked", a PostgreSQL restart): claims, finishes and
+hand-backs are tried again with growing pauses (:func:`~megaactors.durable.runqueue.retry_busy`).
+A run whose attempt fails is handed back at once; if even that cannot be written,
+its lease runs out instead (or ends at once should this worker die)."""
 
 from __future__ import annotations
 
@@ -25,8 +31,8 @@ from typing import Any
 from megaactors.child_processes import die_with_parent
 from megaactors.durable.checkpointing import DurableOptions, Progress, run_durable
 from megaactors.durable.outbox import settle_compensations
-from megaactors.durable.runqueue import DEFAULT_LEASE_S, Heartbeat, RunQueue, owner_id
-from megaactors.durable.store import CheckpointStore, FencingError, Lease, StoreError
+from megaactors.durable.runqueue import DEFAULT_LEASE_S, Heartbeat, RunQueue, owner_id, retry_busy
+from megaactors.durable.store import CheckpointStore, FencingError, Lease, StoreBusyError, StoreError
 from megaactors.experiments.budget import Budget
 from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.redact import redact
@@ -51,21 +57,34 @@ def execute_claimed(
     (failed, will be retried), ``dead`` (failed for good, or refused: bad parameters
     or over ``budget``, by default this machine's) or ``lost`` (the lease went to
     another worker)."""
-    run = store.get_run(lease.run_id)
+
+    def busy_log(line: str) -> None:
+        log(f"worker {lease.owner}: run {lease.run_id!r}: {line}")
+
+    def hand_back(error: str, *, final: bool = False) -> str:
+        try:
+            return retry_busy(lambda: store.fail(lease, error, final=final), log=busy_log)
+        except FencingError:
+            return "lost"
+        except StoreError as exc:  # the store refuses even this write (disk full): the lease runs out
+            log(f"worker {lease.owner}: run {lease.run_id!r} could not be handed back ({exc}); its lease runs out")
+            return "lost"
+
+    run = retry_busy(lambda: store.get_run(lease.run_id), log=busy_log)
     try:
         spec = RunSpec.from_dict(run.params)
         options = DurableOptions.from_dict(run.options)
     except (ParameterError, TypeError) as exc:
-        return store.fail(lease, f"bad parameters: {exc}", final=True)
+        return hand_back(f"bad parameters: {exc}", final=True)
     refusal = (budget or Budget.machine()).refusal(spec)
     if refusal:
         log(f"worker {lease.owner}: run {lease.run_id!r} refused: {refusal}")
-        return store.fail(lease, f"refused: {refusal}", final=True)
+        return hand_back(f"refused: {refusal}", final=True)
     with Heartbeat(store, lease, lease_s) as heartbeat:
         try:
             progress = Progress()
             result = run_durable(store, lease, spec, options, lost=lambda: heartbeat.lost, progress=progress)
-            store.finish(lease, result.summary())
+            retry_busy(lambda: store.finish(lease, result.summary()), log=busy_log)
             start = "the start" if progress.resumed_from is None else f"super-step {progress.resumed_from}"
             log(f"worker {lease.owner}: run {lease.run_id!r} ran from {start} to super-step {progress.super_steps}")
         except FencingError as exc:
@@ -74,11 +93,11 @@ def execute_claimed(
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log(f"worker {lease.owner}: run {lease.run_id!r} failed: {error}\n{traceback.format_exc()}")
-            try:
-                return store.fail(lease, error)
-            except FencingError:
-                return "lost"
-    settle_compensations(store, run_id=lease.run_id)
+            return hand_back(error)
+    try:
+        retry_busy(lambda: settle_compensations(store, run_id=lease.run_id), log=busy_log)
+    except StoreError as exc:
+        log(f"worker {lease.owner}: settling compensations of run {lease.run_id!r}: {exc}")
     return "done"
 
 
@@ -99,15 +118,26 @@ def work(
     budget = budget or Budget.machine()
     queue = RunQueue(store)
     finished = 0
+    pause = 0.05
     while max_runs is None or finished < max_runs:
-        lease = queue.claim_next(owner, lease_s)
+        try:
+            lease = queue.claim_next(owner, lease_s)
+            if lease is None:
+                try:
+                    settle_compensations(store)
+                except StoreBusyError:
+                    raise
+                except StoreError as exc:
+                    log(f"worker {owner}: settling compensations: {exc}")
+                if exit_when_idle and not _in_progress(store, queue.version):
+                    break
+        except StoreBusyError as exc:  # locked or restarting: wait and try again, never exit
+            log(f"worker {owner}: database busy ({exc}); trying again in {pause:.2f} s")
+            time.sleep(pause)
+            pause = min(2.0, pause * 2)
+            continue
+        pause = 0.05
         if lease is None:
-            try:
-                settle_compensations(store)
-            except StoreError as exc:
-                log(f"worker {owner}: settling compensations: {exc}")
-            if exit_when_idle and not _in_progress(store, queue.version):
-                break
             time.sleep(poll_s)
             continue
         log(f"worker {owner}: claimed run {lease.run_id!r} (fence {lease.fence})")
