@@ -39,7 +39,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from megaactors.core.behaviour import Behaviour
@@ -119,6 +119,9 @@ class Progress:
     """Seconds the simulation's thread spent describing and packing states."""
     outbox_performed: int = 0
     outbox_replayed: int = 0
+    on_checkpoint: Callable[[float, int], None] | None = field(default=None, repr=False, compare=False)
+    """Called on the writer thread after each checkpoint write with its seconds
+    (compression and write) and bytes (metrics)."""
 
     @property
     def steps(self) -> int:
@@ -215,9 +218,12 @@ class _Writer:
             store = self.store.reopen()
             while (item := self._queue.get()) is not None:
                 step, parent, base, kind, meta, packed = item
+                t0 = time.perf_counter()
                 blob = seal_state(packed)
                 retry_busy(functools.partial(store.write, self.lease, step, parent, base, kind, meta, blob))
                 self.progress.checkpoint_bytes += len(blob)
+                if self.progress.on_checkpoint is not None:
+                    self.progress.on_checkpoint(time.perf_counter() - t0, len(blob))
         except BaseException as exc:  # handed to the simulation's thread
             self._error = exc
             while self._queue.get() is not None:  # let the producer finish

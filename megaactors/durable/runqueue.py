@@ -132,8 +132,15 @@ class Heartbeat:
     cancelled, or the lease expired before it could be renewed); ``error`` says why.
     """
 
-    def __init__(self, store: RunQueueStore, lease: Lease, lease_s: float = DEFAULT_LEASE_S) -> None:
+    def __init__(
+        self,
+        store: RunQueueStore,
+        lease: Lease,
+        lease_s: float = DEFAULT_LEASE_S,
+        on_renew: Callable[[], None] | None = None,
+    ) -> None:
         self._target = store
+        self._on_renew = on_renew
         self.lease = lease
         self.lease_s = lease_s
         self.error: str | None = None
@@ -171,6 +178,8 @@ class Heartbeat:
             while not self._stop.wait(self.lease_s / 3):
                 try:
                     self.lease = store.renew(self.lease, self.lease_s)
+                    if self._on_renew is not None:
+                        self._on_renew()
                 except FencingError as exc:
                     self.error = str(exc)
                     self._lost.set()

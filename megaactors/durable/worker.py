@@ -17,6 +17,7 @@ its lease runs out instead (or ends at once should this worker die)."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -30,6 +31,7 @@ from typing import Any
 
 from megaactors.child_processes import die_with_parent
 from megaactors.durable.checkpointing import DurableOptions, Progress, run_durable
+from megaactors.durable.metrics import WorkerMetrics
 from megaactors.durable.outbox import settle_compensations
 from megaactors.durable.runqueue import DEFAULT_LEASE_S, Heartbeat, RunQueue, owner_id, retry_busy
 from megaactors.durable.store import CheckpointStore, FencingError, Lease, StoreBusyError, StoreError
@@ -37,13 +39,27 @@ from megaactors.experiments.budget import Budget
 from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.redact import redact
 
-__all__ = ["execute_claimed", "work", "work_in_processes"]
+__all__ = ["LOG_FORMATS", "execute_claimed", "log_to_stderr", "work", "work_in_processes"]
 
 Log = Callable[[str], None]
+LOG_FORMATS = ("text", "json")
 
 
 def _stderr(line: str) -> None:
     print(redact(line), file=sys.stderr, flush=True)
+
+
+def _json_stderr(line: str) -> None:
+    record = {"ts": round(time.time(), 3), "pid": os.getpid(), "message": redact(line)}
+    print(json.dumps(record), file=sys.stderr, flush=True)
+
+
+def log_to_stderr(log_format: str = "text") -> Log:
+    """A worker's log: one redacted line per event, as text or as one JSON object
+    (``ts``, ``pid``, ``message``) per line."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log format is one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+    return _json_stderr if log_format == "json" else _stderr
 
 
 def execute_claimed(
@@ -52,11 +68,26 @@ def execute_claimed(
     lease_s: float = DEFAULT_LEASE_S,
     log: Log = _stderr,
     budget: Budget | None = None,
+    metrics: WorkerMetrics | None = None,
 ) -> str:
     """Run a claimed run to its end; return what became of it: ``done``, ``queued``
     (failed, will be retried), ``dead`` (failed for good, or refused: bad parameters
     or over ``budget``, by default this machine's) or ``lost`` (the lease went to
-    another worker)."""
+    another worker). ``metrics`` counts it all."""
+    status = _execute(store, lease, lease_s, log, budget, metrics)
+    if metrics is not None and status != "done":
+        metrics.ended(status)
+    return status
+
+
+def _execute(
+    store: CheckpointStore,
+    lease: Lease,
+    lease_s: float,
+    log: Log,
+    budget: Budget | None,
+    metrics: WorkerMetrics | None,
+) -> str:
 
     def busy_log(line: str) -> None:
         log(f"worker {lease.owner}: run {lease.run_id!r}: {line}")
@@ -80,11 +111,15 @@ def execute_claimed(
     if refusal:
         log(f"worker {lease.owner}: run {lease.run_id!r} refused: {refusal}")
         return hand_back(f"refused: {refusal}", final=True)
-    with Heartbeat(store, lease, lease_s) as heartbeat:
+    renewed = metrics.renewals.inc if metrics is not None else None
+    with Heartbeat(store, lease, lease_s, on_renew=renewed) as heartbeat:
         try:
-            progress = Progress()
+            progress = Progress(on_checkpoint=metrics.checkpoint_written if metrics is not None else None)
             result = run_durable(store, lease, spec, options, lost=lambda: heartbeat.lost, progress=progress)
-            retry_busy(lambda: store.finish(lease, result.summary()), log=busy_log)
+            summary = result.summary()
+            retry_busy(lambda: store.finish(lease, summary), log=busy_log)
+            if metrics is not None:
+                metrics.run_finished(summary, progress.outbox_performed, progress.outbox_replayed)
             start = "the start" if progress.resumed_from is None else f"super-step {progress.resumed_from}"
             log(f"worker {lease.owner}: run {lease.run_id!r} ran from {start} to super-step {progress.super_steps}")
         except FencingError as exc:
@@ -95,7 +130,9 @@ def execute_claimed(
             log(f"worker {lease.owner}: run {lease.run_id!r} failed: {error}\n{traceback.format_exc()}")
             return hand_back(error)
     try:
-        retry_busy(lambda: settle_compensations(store, run_id=lease.run_id), log=busy_log)
+        settled = retry_busy(lambda: settle_compensations(store, run_id=lease.run_id), log=busy_log)
+        if metrics is not None:
+            metrics.settled(settled)
     except StoreError as exc:
         log(f"worker {lease.owner}: settling compensations of run {lease.run_id!r}: {exc}")
     return "done"
@@ -111,9 +148,11 @@ def work(
     max_runs: int | None = None,
     log: Log = _stderr,
     budget: Budget | None = None,
+    metrics: WorkerMetrics | None = None,
 ) -> int:
     """Claim and run runs until told to stop; return how many this worker finished
-    (runs over ``budget``, by default this machine's, are dead-lettered unstarted)."""
+    (runs over ``budget``, by default this machine's, are dead-lettered unstarted).
+    ``metrics`` counts claims, outcomes, renewals, takeovers and checkpoints."""
     owner = owner or owner_id()
     budget = budget or Budget.machine()
     queue = RunQueue(store)
@@ -121,10 +160,15 @@ def work(
     pause = 0.05
     while max_runs is None or finished < max_runs:
         try:
+            takeovers = queue.takeovers
             lease = queue.claim_next(owner, lease_s)
+            if metrics is not None:
+                metrics.takeovers.inc(queue.takeovers - takeovers)
             if lease is None:
                 try:
-                    settle_compensations(store)
+                    settled = settle_compensations(store)
+                    if metrics is not None:
+                        metrics.settled(settled)
                 except StoreBusyError:
                     raise
                 except StoreError as exc:
@@ -141,7 +185,9 @@ def work(
             time.sleep(poll_s)
             continue
         log(f"worker {owner}: claimed run {lease.run_id!r} (fence {lease.fence})")
-        status = execute_claimed(store, lease, lease_s, log, budget)
+        if metrics is not None:
+            metrics.claimed.inc()
+        status = execute_claimed(store, lease, lease_s, log, budget, metrics)
         log(f"worker {owner}: run {lease.run_id!r} {status}")
         if status == "done":
             finished += 1
@@ -153,20 +199,33 @@ def _in_progress(store: CheckpointStore, version: str) -> bool:
     return any(r.status in ("queued", "running") and r.version == version for r in store.list_runs())
 
 
-def _work_process(target: str, parent: int, kwargs: dict[str, Any]) -> None:
+def _work_process(target: str, parent: int, kwargs: dict[str, Any], log_format: str, metrics_port: int | None) -> None:
     from megaactors.durable import open_store
 
     die_with_parent(parent)
     with open_store(target) as store:
-        work(store, **kwargs)
+        metrics = None
+        if metrics_port is not None:
+            metrics = WorkerMetrics(store)
+            metrics.serve(metrics_port)
+        work(store, log=log_to_stderr(log_format), metrics=metrics, **kwargs)
 
 
-def work_in_processes(target: str | Path, jobs: int, **kwargs: Any) -> None:
-    """Run ``jobs`` workers, one process each, until they all stop. The workers end
-    with this process: killed (SIGKILL included), or on SIGTERM, which this process
-    passes on to them before it ends."""
+def work_in_processes(
+    target: str | Path, jobs: int, *, log_format: str = "text", metrics_port: int | None = None, **kwargs: Any
+) -> None:
+    """Run ``jobs`` workers, one process each, until they all stop; with
+    ``metrics_port``, worker ``i`` serves its metrics on ``metrics_port + i``. The
+    workers end with this process: killed (SIGKILL included), or on SIGTERM, which
+    this process passes on to them before it ends."""
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_work_process, args=(str(target), os.getpid(), kwargs)) for _ in range(jobs)]
+    procs = [
+        ctx.Process(
+            target=_work_process,
+            args=(str(target), os.getpid(), kwargs, log_format, None if metrics_port is None else metrics_port + i),
+        )
+        for i in range(jobs)
+    ]
 
     def stop(signum: int, frame: object) -> None:
         for p in procs:
