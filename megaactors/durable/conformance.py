@@ -354,6 +354,24 @@ class StoreConformance:
         new = store.claim("r", "w2", V, 30)
         assert (new.fence, store.get_run("r").attempts) == (2, 2)
 
+    def test_a_draining_version_finishes_its_runs_but_claims_no_new_ones(self, store: CheckpointStore) -> None:
+        store.create_run("started", {}, {}, version=V, max_attempts=3)
+        store.create_run("waiting", {}, {}, version=V)
+        store.create_run("other", {}, {}, version="8.0.0")
+        assert claimed(store.claim_next("w1", V, 0.2)).run_id == "started"
+        store.set_deploy("8.0.0", "live", only_if_unknown=True)
+        store.set_deploy(V, "draining")
+        store.set_deploy(V, "live", only_if_unknown=True)  # a worker announcing itself undoes no drain
+        assert store.deploys() == {"8.0.0": "live", V: "draining"}
+        with pytest.raises(StoreError, match="deploy state"):
+            store.set_deploy(V, "paused")
+        time.sleep(0.25)  # the holder of "started" vanished: the run is finished by another worker
+        assert claimed(store.claim_next("w2", V, 30)).run_id == "started"
+        assert store.claim_next("w2", V, 30) is None  # "waiting" is not started while draining
+        assert claimed(store.claim_next("w3", "8.0.0", 30)).run_id == "other"
+        store.set_deploy(V, "live")
+        assert claimed(store.claim_next("w2", V, 30)).run_id == "waiting"
+
     def test_a_dead_run_is_requeued_with_fresh_attempts(self, store: CheckpointStore) -> None:
         store.create_run("r", {}, {}, version=V, max_attempts=1)
         lease = claimed(store.claim_next("w", V, 30))

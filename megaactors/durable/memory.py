@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from megaactors.durable.store import (
+    DEPLOY_STATES,
     CheckpointRecord,
     CheckpointStore,
     Compensation,
@@ -45,6 +46,7 @@ class _Tables:
     checkpoints: dict[str, dict[int, CheckpointRecord]] = field(default_factory=dict)
     outbox: dict[tuple[str, str], tuple[OutboxEntry, float]] = field(default_factory=dict)
     compensations: dict[tuple[str, str, int], tuple[Compensation, float]] = field(default_factory=dict)
+    deploys: dict[str, str] = field(default_factory=dict)
 
 
 class MemoryStore(CheckpointStore):
@@ -147,9 +149,10 @@ class MemoryStore(CheckpointStore):
                 if run.version == version and expired and run.attempts >= run.max_attempts:
                     run.status, run.updated_at = "dead", now
                     run.error = f"gave up after {run.attempts} attempt(s): the worker holding it was lost each time"
+            draining = self._t.deploys.get(version) == "draining"
             for run in runs:
                 expired = run.status == "running" and run.lease_expires is not None and run.lease_expires <= now
-                if run.version == version and (run.status == "queued" or expired):
+                if run.version == version and ((run.status == "queued" and not draining) or expired):
                     return self._take(run, owner, lease_s)
         return None
 
@@ -183,6 +186,17 @@ class MemoryStore(CheckpointStore):
             run = self._run(run_id)
             run.status, run.fence, run.lease_expires, run.error = "cancelled", run.fence + 1, None, reason
             run.updated_at = self.now()
+
+    def set_deploy(self, version: str, state: str, *, only_if_unknown: bool = False) -> None:
+        if state not in DEPLOY_STATES:
+            raise StoreError(f"a deploy state is one of {', '.join(DEPLOY_STATES)}, got {state!r}")
+        with self._t.lock:
+            if not (only_if_unknown and version in self._t.deploys):
+                self._t.deploys[version] = state
+
+    def deploys(self) -> dict[str, str]:
+        with self._t.lock:
+            return dict(sorted(self._t.deploys.items()))
 
     def end_lease(self, run_id: str, owner: str, fence: int) -> bool:
         with self._t.lock:

@@ -82,11 +82,23 @@ class RunQueue:
         *,
         run_id: str | None = None,
         max_attempts: int = 3,
+        version: str | None = None,
     ) -> str:
-        """Queue a run; return its id."""
+        """Queue a run (for workers of ``version``, by default this one); return its id."""
         run_id = run_id or uuid.uuid4().hex[:12]
-        self.store.create_run(run_id, spec.as_dict(), options or {}, version=self.version, max_attempts=max_attempts)
+        self.store.create_run(
+            run_id, spec.as_dict(), options or {}, version=version or self.version, max_attempts=max_attempts
+        )
         return run_id
+
+    def announce(self) -> None:
+        """Make this version known to the store (``live``), unless it already is
+        (a drain stays in force)."""
+        self.store.set_deploy(self.version, "live", only_if_unknown=True)
+
+    @property
+    def draining(self) -> bool:
+        return self.store.deploys().get(self.version) == "draining"
 
     def claim_next(self, owner: str, lease_s: float = DEFAULT_LEASE_S) -> Lease | None:
         """Take the oldest claimable run of this version, after ending the leases of

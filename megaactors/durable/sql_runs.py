@@ -7,11 +7,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from megaactors.durable.sql_base import RUN_COLUMNS, SQLConnection, from_json, to_json
-from megaactors.durable.store import Lease, RunQueueStore, RunRecord
+from megaactors.durable.store import DEPLOY_STATES, Lease, RunQueueStore, RunRecord
 from megaactors.errors import LeaseHeldError, RunExistsError, StoreError, UnknownRunError, VersionMismatchError
 from megaactors.redact import redact
 
 __all__ = ["SQLRunQueue"]
+
+_DEPLOY = "deploy:"
+"""Prefix of a version's deploy state in ``megaactors_meta``."""
 
 
 class SQLRunQueue(SQLConnection, RunQueueStore):
@@ -135,10 +138,11 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
                 "UPDATE megaactors_runs SET status = 'running', owner = ?, fence = fence + 1, "
                 "attempts = attempts + 1, lease_expires = {NOW} + ?, updated_at = {NOW} "
                 "WHERE run_id = (SELECT run_id FROM megaactors_runs WHERE version = ? AND "
-                "(status = 'queued' OR (status = 'running' AND lease_expires <= {NOW})) "
+                "((status = 'queued' AND NOT EXISTS (SELECT 1 FROM megaactors_meta WHERE key = ? AND "
+                "value = 'draining')) OR (status = 'running' AND lease_expires <= {NOW})) "
                 "ORDER BY created_at, run_id LIMIT 1 {SKIP_LOCKED}) "
                 "RETURNING run_id, fence, lease_expires",
-                (owner, float(lease_s), version),
+                (owner, float(lease_s), version, _DEPLOY + version),
             )
         if row is None:
             return None
@@ -219,3 +223,20 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
                 "max_attempts = COALESCE(?, max_attempts), updated_at = {NOW} WHERE run_id = ?",
                 (max_attempts, run_id),
             )
+
+    def set_deploy(self, version: str, state: str, *, only_if_unknown: bool = False) -> None:
+        if state not in DEPLOY_STATES:
+            raise StoreError(f"a deploy state is one of {', '.join(DEPLOY_STATES)}, got {state!r}")
+        key = _DEPLOY + version
+        with self._write():
+            known = self._one("SELECT value FROM megaactors_meta WHERE key = ? {LOCK}", (key,)) is not None
+            if known and only_if_unknown:
+                return
+            if known:
+                self._run("UPDATE megaactors_meta SET value = ? WHERE key = ?", (state, key))
+            else:
+                self._run("INSERT INTO megaactors_meta (key, value) VALUES (?, ?)", (key, state))
+
+    def deploys(self) -> dict[str, str]:
+        rows = self._all("SELECT key, value FROM megaactors_meta WHERE key LIKE ?", (_DEPLOY + "%",))
+        return {key[len(_DEPLOY) :]: value for key, value in sorted(rows)}

@@ -54,6 +54,7 @@ from megaactors.errors import (
 )
 
 __all__ = [
+    "DEPLOY_STATES",
     "FORMAT",
     "FORMAT_VERSION",
     "KINDS",
@@ -87,6 +88,9 @@ __all__ = [
 ]
 
 STATUSES = ("queued", "running", "done", "dead", "cancelled")
+DEPLOY_STATES = ("live", "draining")
+"""A version's deploy state: its workers claim queued runs (``live``), or only finish
+the runs already started (``draining``)."""
 KINDS = ("full", "delta", "start")
 """Kinds of checkpoint."""
 
@@ -264,8 +268,9 @@ class RunQueueStore(StoreConnection):
 
     @abstractmethod
     def claim_next(self, owner: str, version: str, lease_s: float) -> Lease | None:
-        """Take the oldest claimable run of ``version`` (None when there is none).
-        Runs whose lease expired after their last allowed attempt become ``dead``."""
+        """Take the oldest claimable run of ``version`` (None when there is none): a
+        queued one unless the version is draining, or a running one whose lease
+        expired. Runs whose lease expired after their last allowed attempt become ``dead``."""
 
     @abstractmethod
     def renew(self, lease: Lease, lease_s: float) -> Lease:
@@ -288,6 +293,15 @@ class RunQueueStore(StoreConnection):
     @abstractmethod
     def cancel(self, run_id: str, reason: str = "cancelled") -> None:
         """Stop a run for good; its holder's next write fails."""
+
+    @abstractmethod
+    def set_deploy(self, version: str, state: str, *, only_if_unknown: bool = False) -> None:
+        """Record ``version``'s deploy state (:data:`DEPLOY_STATES`); with
+        ``only_if_unknown``, only if the version has none yet (a worker announcing itself)."""
+
+    @abstractmethod
+    def deploys(self) -> dict[str, str]:
+        """Every version with a deploy state, and that state."""
 
     @abstractmethod
     def end_lease(self, run_id: str, owner: str, fence: int) -> bool:

@@ -156,6 +156,7 @@ def work(
     owner = owner or owner_id()
     budget = budget or Budget.machine()
     queue = RunQueue(store)
+    retry_busy(queue.announce, log=log)
     finished = 0
     pause = 0.05
     while max_runs is None or finished < max_runs:
@@ -173,7 +174,7 @@ def work(
                     raise
                 except StoreError as exc:
                     log(f"worker {owner}: settling compensations: {exc}")
-                if exit_when_idle and not _in_progress(store, queue.version):
+                if exit_when_idle and not _in_progress(store, queue.version, queue.draining):
                     break
         except StoreBusyError as exc:  # locked or restarting: wait and try again, never exit
             log(f"worker {owner}: database busy ({exc}); trying again in {pause:.2f} s")
@@ -194,9 +195,11 @@ def work(
     return finished
 
 
-def _in_progress(store: CheckpointStore, version: str) -> bool:
-    """True while some run of ``version`` is queued or held (its holder may yet fail it back)."""
-    return any(r.status in ("queued", "running") and r.version == version for r in store.list_runs())
+def _in_progress(store: CheckpointStore, version: str, draining: bool = False) -> bool:
+    """True while some run of ``version`` is queued (unless the version is draining)
+    or held (its holder may yet fail it back)."""
+    waiting = ("running",) if draining else ("queued", "running")
+    return any(r.status in waiting and r.version == version for r in store.list_runs())
 
 
 def _work_process(target: str, parent: int, kwargs: dict[str, Any], log_format: str, metrics_port: int | None) -> None:
