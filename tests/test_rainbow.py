@@ -82,7 +82,8 @@ def test_two_versions_side_by_side(db: str, second_python: str, tmp_path: Path) 
         with open_store(db, readonly=True) as store:
             wait_for(lambda: set(store.deploys()) == {__version__, NEW})
         out = cli(sys.executable, "submit", "--db", db, "--agents", "30", "--group-size", "5", "--grid",
-                  "seed=1,2,3,4,5,6,7,8", "--run-id", "r", "--route", f"{__version__}=50,{NEW}=50", "--route-seed", "7")  # fmt: skip
+                  "seed=1,2,3,4,5,6,7,8", "--run-id", "r", "--route", f"{__version__}=50,{NEW}=50",
+                  "--route-seed", "7")  # fmt: skip
         assert out.returncode == 0, out.stderr
         routed = dict(line.split(" -> ") for line in out.stdout.splitlines())
         assert set(routed.values()) == {__version__, NEW}  # seed 7 sends runs both ways
