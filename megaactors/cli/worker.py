@@ -48,6 +48,7 @@ def register(sub: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from megaactors.durable.metrics import WorkerMetrics, check_ports_free
+    from megaactors.durable.runqueue import retry_busy
     from megaactors.durable.worker import log_to_stderr, work, work_in_processes
 
     kwargs: dict[str, Any] = {
@@ -57,7 +58,7 @@ def handle(args: argparse.Namespace) -> int:
         "max_runs": args.max_runs,
         "budget": Budget.machine(args.max_agents, args.max_messages),
     }
-    with open_for(args.db) as store:
+    with retry_busy(lambda: open_for(args.db)) as store:  # a server restarting as the worker starts is waited for
         if args.jobs == 1:
             metrics = None
             if args.metrics_port is not None:

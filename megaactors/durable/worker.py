@@ -12,8 +12,9 @@ when their parent does, SIGKILL included.
 A worker never exits because the database is busy or out of reach for a while
 (SQLite's "database is locked", a PostgreSQL restart): claims, finishes and
 hand-backs are tried again with growing pauses (:func:`~megaactors.durable.runqueue.retry_busy`).
-A run whose attempt fails is handed back at once; if even that cannot be written,
-its lease runs out instead (or ends at once should this worker die)."""
+A run whose attempt fails is handed back at once; if even that cannot be written
+(a full disk), the worker stops with the store's error, and as its holder is then a
+dead process its lease ends at once for any worker or ``resume`` of this host."""
 
 from __future__ import annotations
 
@@ -97,9 +98,9 @@ def _execute(
             return retry_busy(lambda: store.fail(lease, error, final=final), log=busy_log)
         except FencingError:
             return "lost"
-        except StoreError as exc:  # the store refuses even this write (disk full): the lease runs out
-            log(f"worker {lease.owner}: run {lease.run_id!r} could not be handed back ({exc}); its lease runs out")
-            return "lost"
+        except StoreError as exc:  # the store refuses even this write (disk full): stop, so the lease ends with us
+            log(f"worker {lease.owner}: run {lease.run_id!r} could not be handed back ({exc}); stopping")
+            raise
 
     run = retry_busy(lambda: store.get_run(lease.run_id), log=busy_log)
     try:
@@ -206,7 +207,7 @@ def _work_process(target: str, parent: int, kwargs: dict[str, Any], log_format: 
     from megaactors.durable import open_store
 
     die_with_parent(parent)
-    with open_store(target) as store:
+    with retry_busy(lambda: open_store(target)) as store:
         metrics = None
         if metrics_port is not None:
             metrics = WorkerMetrics(store)
