@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from megaactors.core.behaviour import Behaviour
+from megaactors.durable import spans
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.runqueue import retry_busy
 from megaactors.durable.state import DurableSim
@@ -249,12 +250,37 @@ def run_durable(
     tools: dict[str, Callable[[Any], Any]] | None = None,
     progress: Progress | None = None,
     on_step: Callable[[int], None] | None = None,
+    tracer: Any | None = None,
 ) -> RunResult:
     """Run ``spec`` under ``lease`` from its newest checkpoint (or from the start),
     checkpointing as it goes; return the result. ``lost`` is polled between
     super-steps (a heartbeat that lost the lease stops the run early);
     ``behaviour``/``tools`` replace the chat round for Python callers, who must
-    pass the same ones on every resume."""
+    pass the same ones on every resume. ``tracer`` (an OpenTelemetry tracer; by
+    default the global one, :mod:`megaactors.durable.spans`) records the run, its
+    super-steps and LLM calls as spans."""
+    tracer = tracer if tracer is not None else spans.tracer()
+    if tracer is None:
+        return _run_durable(store, lease, spec, options, lost, behaviour, tools, progress, on_step, None)
+    attributes = {"megaactors.run_id": lease.run_id, "megaactors.fence": lease.fence}
+    attributes.update({f"megaactors.param.{k}": v for k, v in spec.as_dict().items() if v is not None})
+    with tracer.start_as_current_span("run", attributes=attributes) as span:
+        recording = tracer if span.is_recording() else None
+        return _run_durable(store, lease, spec, options, lost, behaviour, tools, progress, on_step, recording)
+
+
+def _run_durable(
+    store: CheckpointStore,
+    lease: Lease,
+    spec: RunSpec,
+    options: DurableOptions | None,
+    lost: Callable[[], bool] | None,
+    behaviour: Behaviour | None,
+    tools: dict[str, Callable[[Any], Any]] | None,
+    progress: Progress | None,
+    on_step: Callable[[int], None] | None,
+    tracer: Any | None,
+) -> RunResult:
     options = options or DurableOptions()
     progress = progress if progress is not None else Progress()
     outbox = Outbox(store, lease, billing_url=options.billing_url)
@@ -262,6 +288,17 @@ def run_durable(
 
     def charge(agent: int, index: int, reply: Any) -> None:
         outbox.charge(f"{run_id}/{agent}/{index}", agent, index, reply.cost_usd)
+
+    def traced(agent: int, index: int, reply: Any) -> None:
+        attributes = {"megaactors.agent": agent, "megaactors.call_index": index, "megaactors.stage": reply.stage,
+                      "megaactors.tokens_in": reply.tokens_in, "megaactors.tokens_out": reply.tokens_out,
+                      "megaactors.cost_usd": reply.cost_usd, "megaactors.virtual_start_s": rt.now,
+                      "megaactors.latency_s": reply.latency_s}  # fmt: skip
+        tracer.start_span("llm call", attributes=attributes).end()
+        if options.billing_url:
+            charge(agent, index, reply)
+
+    on_llm_call = traced if tracer is not None else charge if options.billing_url else None
 
     def gate(agent: int, index: int, call: Any, run: Callable[[], Any]) -> Any:
         return outbox.perform(f"{run_id}/tool/{index}", "tool", {"agent": agent, "tool": call.name}, run)
@@ -275,7 +312,7 @@ def run_durable(
         serial=spec.serial,
         trace=spec.trace,
         tools=tools,
-        on_llm_call=charge if options.billing_url else None,
+        on_llm_call=on_llm_call,
         tool_gate=gate,
     )
     writer = _Writer(store, lease, options.full_ratio, progress)
@@ -284,7 +321,11 @@ def run_durable(
         with quiet_gc():
             wall0 = time.perf_counter()
             if latest is None:
-                rt.start()
+                if tracer is None:
+                    rt.start()
+                else:
+                    with tracer.start_as_current_span("super-step", attributes={"megaactors.step": 0}):
+                        rt.start()
                 step = 0
                 writer.write(rt, step)
             else:
@@ -297,7 +338,14 @@ def run_durable(
             while not rt.finished:
                 if lost is not None and lost():
                     raise FencingError(f"run {run_id!r}: lease lost (heartbeat) at super-step {step}")
-                rt.advance(_window_end(rt.next_event_time or 0.0, options.step_s))
+                until = _window_end(rt.next_event_time or 0.0, options.step_s)
+                if tracer is None:
+                    rt.advance(until)
+                else:
+                    attributes = {"megaactors.step": step + 1, "megaactors.virtual_start_s": rt.now,
+                                  "megaactors.virtual_until_s": until}  # fmt: skip
+                    with tracer.start_as_current_span("super-step", attributes=attributes):
+                        rt.advance(until)
                 step += 1
                 if step % every == 0 or rt.finished:
                     rt.wall_s = wall_before + time.perf_counter() - wall0
