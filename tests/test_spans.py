@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from megaactors import RunSpec, __version__  # noqa: E402
-from megaactors.durable import DurableOptions, MemoryStore, run_durable  # noqa: E402
+from megaactors import RunSpec, __version__
+from megaactors.durable import DurableOptions, MemoryStore, run_durable
 
 
 def test_a_durable_run_s_spans_nest_run_super_step_llm_call() -> None:
