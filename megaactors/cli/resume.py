@@ -96,5 +96,13 @@ def print_summary(summary: Any, as_json: bool) -> int:
     """Print a run's summary (readable, or one JSON object); return exit code 0."""
     from megaactors.cli.run import format_summary
 
-    print(json.dumps(summary, sort_keys=True) if as_json else format_summary(summary))
+    if as_json:
+        print(json.dumps(summary, sort_keys=True))
+    elif summary.get("status") == "interrupted":
+        rid = summary["run_id"]
+        print(f"run {rid} {summary['reason']}: stopped at super-step {summary['step']} "
+              f"({summary['virtual_time_s']:g} s virtual). Look: megaactors inspect --run-id {rid} --db DB; "
+              f"go on: megaactors resume --run-id {rid} --checkpoint DB")  # fmt: skip
+    else:
+        print(format_summary(summary))
     return 0

@@ -78,9 +78,9 @@ def handle(args: argparse.Namespace) -> int:
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
     if args.db or args.run_id:
-        summary = run_checkpointed(args, spec)
-        print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
-        return 0
+        from megaactors.cli.resume import print_summary
+
+        return print_summary(run_checkpointed(args, spec), args.json)
     options: dict[str, Any] = {}
     if args.time_scale is not None:
         options["time_scale"] = args.time_scale  # a RuntimeOptions field: runtimes in virtual time ignore it

@@ -44,6 +44,7 @@ from typing import Any
 
 from megaactors.core.behaviour import Behaviour
 from megaactors.durable import spans
+from megaactors.durable.interrupts import RunInterrupted, check_condition, due
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.runqueue import retry_busy
 from megaactors.durable.state import DurableSim
@@ -61,7 +62,7 @@ from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.result import RunResult
 
-__all__ = ["GENESIS_BYTES_PER_AGENT", "DurableOptions", "Progress", "fork_run", "run_durable"]
+__all__ = ["GENESIS_BYTES_PER_AGENT", "DurableOptions", "Progress", "fork_run", "restored", "run_durable"]
 
 GENESIS_BYTES_PER_AGENT = 300
 """Estimated packed size of one agent in a full snapshot: the weight of a genesis
@@ -80,6 +81,10 @@ class DurableOptions:
     """Write a full snapshot once the deltas since the last one outweigh it this many times."""
     billing_url: str | None = None
     """Charge every LLM call's cost to this billing service (through the outbox)."""
+    interrupt_at: float | None = None
+    """Stop for a human once the run reaches this virtual time (:mod:`~megaactors.durable.interrupts`)."""
+    interrupt_when: str | None = None
+    """Stop for a human once the ledger meets this condition (``cost_usd>0.5``)."""
 
     def __post_init__(self) -> None:
         every = self.checkpoint_every
@@ -89,6 +94,11 @@ class DurableOptions:
             raise ParameterError(f"step seconds must be a finite number > 0, got {self.step_s!r}")
         if not isinstance(self.full_ratio, (int, float)) or not self.full_ratio > 0:
             raise ParameterError(f"full ratio must be a number > 0, got {self.full_ratio!r}")
+        at = self.interrupt_at
+        if at is not None and (not isinstance(at, (int, float)) or isinstance(at, bool) or not 0 <= at < math.inf):
+            raise ParameterError(f"interrupt at must be a finite number of seconds >= 0, got {at!r}")
+        if self.interrupt_when is not None:
+            check_condition(self.interrupt_when)
         url = self.billing_url
         if url is not None and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
             raise ParameterError(f"billing url must be an http(s) URL, got {url!r}")
@@ -335,9 +345,18 @@ def _run_durable(
                 step = progress.resumed_from = latest.step
             wall_before = rt.wall_s
             every = options.checkpoint_every
+            written = step
             while not rt.finished:
                 if lost is not None and lost():
                     raise FencingError(f"run {run_id!r}: lease lost (heartbeat) at super-step {step}")
+                fired = due(rt.next_event_time, rt.ledger, options.interrupt_at, options.interrupt_when)
+                if fired is not None:
+                    rt.wall_s = wall_before + time.perf_counter() - wall0
+                    if written != step:
+                        writer.write(rt, step)
+                    writer.close()
+                    progress.super_steps = step
+                    raise RunInterrupted(step, rt.now, *fired)
                 until = _window_end(rt.next_event_time or 0.0, options.step_s)
                 if tracer is None:
                     rt.advance(until)
@@ -350,6 +369,7 @@ def _run_durable(
                 if step % every == 0 or rt.finished:
                     rt.wall_s = wall_before + time.perf_counter() - wall0
                     writer.write(rt, step)
+                    written = step
                 if on_step is not None:
                     on_step(step)
             writer.close()
@@ -363,6 +383,16 @@ def _run_durable(
     return result
 
 
+def restored(store: CheckpointLog, run_id: str, step: int) -> DurableSim:
+    """The simulation of ``run_id`` as it was at checkpointed super-step ``step``."""
+    spec = RunSpec.from_dict(store.get_run(run_id).params)
+    rt = DurableSim(spec.organisation(), spec.behaviour(), spec.llm(), seed=spec.seed,
+                    max_concurrent_llm=spec.max_concurrent_llm, serial=spec.serial, trace=spec.trace)  # fmt: skip
+    chain = store.chain(run_id, step)
+    rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
+    return rt
+
+
 def fork_run(
     store: CheckpointStore, run_id: str, step: int, new_run_id: str, params: dict[str, Any] | None = None
 ) -> None:
@@ -374,11 +404,7 @@ def fork_run(
     if params is None or params == source.params:
         store.fork(run_id, step, new_run_id)
         return
-    spec = RunSpec.from_dict(source.params)
     RunSpec.from_dict(params)  # the new parameters must be valid too
-    rt = DurableSim(spec.organisation(), spec.behaviour(), spec.llm(), seed=spec.seed,
-                    max_concurrent_llm=spec.max_concurrent_llm, serial=spec.serial, trace=spec.trace)  # fmt: skip
-    chain = store.chain(run_id, step)
-    rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
+    rt = restored(store, run_id, step)
     meta = {**store.get(run_id, step).meta, "forked_from": [run_id, step]}
     store.fork(run_id, step, new_run_id, params=params, snapshot=(meta, seal_state(pack_state(rt.full()))))

@@ -372,6 +372,22 @@ class StoreConformance:
         store.set_deploy(V, "live")
         assert claimed(store.claim_next("w2", V, 30)).run_id == "waiting"
 
+    def test_an_interrupted_run_waits_for_a_claim_by_id(self, store: CheckpointStore) -> None:
+        lease = held(store)
+        store.interrupt(lease, "interrupted at 5 s", {"every": 2})
+        run = store.get_run("r")
+        assert (run.status, run.error, run.options, run.held) == (
+            "interrupted",
+            "interrupted at 5 s",
+            {"every": 2},
+            False,
+        )
+        with pytest.raises(FencingError, match="interrupted"):
+            store.write(lease, 0, None, 0, "full", {}, blob(0))
+        assert store.claim_next("w2", V, 30) is None  # workers never continue it
+        again = store.claim("r", "w2", V, 30)
+        assert again.fence == lease.fence + 1 and store.get_run("r").status == "running"
+
     def test_a_dead_run_is_requeued_with_fresh_attempts(self, store: CheckpointStore) -> None:
         store.create_run("r", {}, {}, version=V, max_attempts=1)
         lease = claimed(store.claim_next("w", V, 30))

@@ -181,6 +181,12 @@ class MemoryStore(CheckpointStore):
             run = self._fenced(lease)
             run.status, run.lease_expires, run.updated_at = "queued", None, self.now()
 
+    def interrupt(self, lease: Lease, reason: str, options: dict[str, Any]) -> None:
+        with self._t.lock:
+            run = self._fenced(lease)
+            run.status, run.error, run.options, run.lease_expires = "interrupted", reason, _copy(options), None
+            run.updated_at = self.now()
+
     def cancel(self, run_id: str, reason: str = "cancelled") -> None:
         with self._t.lock:
             run = self._run(run_id)

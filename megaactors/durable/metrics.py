@@ -55,6 +55,7 @@ class WorkerMetrics:
         self.failed = Counter(_P + "runs_failed", "Failed attempts handed back to the queue", registry=r)
         self.dead = Counter(_P + "runs_dead_lettered", "Runs dead-lettered (refused or out of attempts)", registry=r)
         self.lost = Counter(_P + "runs_lost", "Runs whose lease went to another holder", registry=r)
+        self.interrupted = Counter(_P + "runs_interrupted", "Runs stopped for a human", registry=r)
         self.renewals = Counter(_P + "lease_renewals", "Lease renewals (heartbeats)", registry=r)
         self.takeovers = Counter(_P + "lease_takeovers", "Leases of dead holders ended", registry=r)
         self.checkpoint_seconds = Histogram(
@@ -95,7 +96,7 @@ class WorkerMetrics:
 
     def ended(self, status: str) -> None:
         """Count what became of a claimed run that did not finish."""
-        {"queued": self.failed, "dead": self.dead, "lost": self.lost}[status].inc()
+        {"queued": self.failed, "dead": self.dead, "lost": self.lost, "interrupted": self.interrupted}[status].inc()
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> Any:
         """Expose the metrics at ``http://addr:port/metrics``; a port in use is a

@@ -190,6 +190,15 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
                 (lease.run_id,),
             )
 
+    def interrupt(self, lease: Lease, reason: str, options: dict[str, Any]) -> None:
+        with self._write():
+            self._fenced(lease)
+            self._run(
+                "UPDATE megaactors_runs SET status = 'interrupted', error = ?, options = ?, lease_expires = NULL, "
+                "updated_at = {NOW} WHERE run_id = ?",
+                (reason, to_json(options), lease.run_id),
+            )
+
     def cancel(self, run_id: str, reason: str = "cancelled") -> None:
         with self._write():
             n = self._run(

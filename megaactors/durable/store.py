@@ -4,7 +4,7 @@ One database holds everything durable about runs, and its contract comes in thre
 parts, each an abstract class a consumer can ask for alone:
 
 * :class:`RunQueueStore` — **runs and leases**: one row per run (parameters, status
-  ``queued``/``running``/``done``/``dead``/``cancelled``, owner, lease expiry on the
+  ``queued``/``running``/``interrupted``/``done``/``dead``/``cancelled``, owner, lease expiry on the
   database's clock, fencing token, attempts, the runtime version, the last error and
   the result); claims, renewals, retries and the dead letter;
 * :class:`CheckpointLog` — **the checkpoint log**: one row per checkpointed
@@ -87,7 +87,7 @@ __all__ = [
     "seal_state",
 ]
 
-STATUSES = ("queued", "running", "done", "dead", "cancelled")
+STATUSES = ("queued", "running", "interrupted", "done", "dead", "cancelled")
 DEPLOY_STATES = ("live", "draining")
 """A version's deploy state: its workers claim queued runs (``live``), or only finish
 the runs already started (``draining``)."""
@@ -289,6 +289,12 @@ class RunQueueStore(StoreConnection):
     @abstractmethod
     def release(self, lease: Lease) -> None:
         """Give a run back to the queue without finishing it."""
+
+    @abstractmethod
+    def interrupt(self, lease: Lease, reason: str, options: dict[str, Any]) -> None:
+        """Stop a run at a point for a human to look at (status ``interrupted``; only
+        a claim by id — ``resume`` — continues it, workers never do), recording why
+        and the options it continues with (fenced)."""
 
     @abstractmethod
     def cancel(self, run_id: str, reason: str = "cancelled") -> None:

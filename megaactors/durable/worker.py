@@ -32,6 +32,7 @@ from typing import Any
 
 from megaactors.child_processes import die_with_parent
 from megaactors.durable.checkpointing import DurableOptions, Progress, run_durable
+from megaactors.durable.interrupts import RunInterrupted
 from megaactors.durable.metrics import WorkerMetrics
 from megaactors.durable.outbox import settle_compensations
 from megaactors.durable.runqueue import DEFAULT_LEASE_S, Heartbeat, RunQueue, owner_id, retry_busy
@@ -73,8 +74,8 @@ def execute_claimed(
 ) -> str:
     """Run a claimed run to its end; return what became of it: ``done``, ``queued``
     (failed, will be retried), ``dead`` (failed for good, or refused: bad parameters
-    or over ``budget``, by default this machine's) or ``lost`` (the lease went to
-    another worker). ``metrics`` counts it all."""
+    or over ``budget``, by default this machine's), ``interrupted`` (stopped for a
+    human) or ``lost`` (the lease went to another worker). ``metrics`` counts it all."""
     status = _execute(store, lease, lease_s, log, budget, metrics)
     if metrics is not None and status != "done":
         metrics.ended(status)
@@ -123,6 +124,11 @@ def _execute(
                 metrics.run_finished(summary, progress.outbox_performed, progress.outbox_replayed)
             start = "the start" if progress.resumed_from is None else f"super-step {progress.resumed_from}"
             log(f"worker {lease.owner}: run {lease.run_id!r} ran from {start} to super-step {progress.super_steps}")
+        except RunInterrupted as stop:
+            log(f"worker {lease.owner}: run {lease.run_id!r} {stop.reason} at super-step {stop.step}")
+            reason, going_on = stop.reason, {**options.as_dict(), stop.trigger: None}  # the trigger fires once
+            retry_busy(lambda: store.interrupt(lease, reason, going_on))
+            return "interrupted"
         except FencingError as exc:
             log(f"worker {lease.owner}: {exc}")
             return "lost"

@@ -1,0 +1,68 @@
+"""Human-in-the-loop interrupts of checkpointed runs.
+
+A run stops between two super-steps, with a checkpoint of that point, when it reaches
+``interrupt_at`` virtual seconds (its next event would be at or after it) or when its
+ledger meets ``interrupt_when`` (``cost_usd>0.5``, ``messages>=10000``: a ledger total,
+a comparison, a number). The store marks it ``interrupted``; ``megaactors inspect``
+shows it and ``megaactors resume`` continues it exactly as if it had never stopped (the
+trigger that fired is dropped from the run's options, so it fires once).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable
+from typing import Any
+
+from megaactors.errors import ParameterError
+
+__all__ = ["LEDGER_TOTALS", "RunInterrupted", "check_condition", "due"]
+
+LEDGER_TOTALS = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd")
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq,
+}  # fmt: skip
+_CONDITION = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|>|<)\s*([-+0-9.eE]+)\s*$")
+
+
+class RunInterrupted(Exception):
+    """A run stopped at a point for a human (not an error): where, and why."""
+
+    def __init__(self, step: int, virtual_time_s: float, trigger: str, reason: str) -> None:
+        super().__init__(reason)
+        self.step, self.virtual_time_s, self.reason = step, virtual_time_s, reason
+        self.trigger = trigger
+        """The option that fired (``interrupt_at`` or ``interrupt_when``): it fires once."""
+
+
+def check_condition(text: str) -> tuple[str, str, float]:
+    """``NAME OP NUMBER`` over a ledger total, or :class:`ParameterError` naming what is wrong."""
+    m = _CONDITION.match(text)
+    if not m:
+        raise ParameterError(
+            f"interrupt when: expected NAME OP NUMBER (e.g. cost_usd>0.5; OP one of {', '.join(_OPS)}), got {text!r}"
+        )
+    name, op, number = m.groups()
+    if name not in LEDGER_TOTALS:
+        raise ParameterError(f"interrupt when: {name!r} is not a ledger total; one of {', '.join(LEDGER_TOTALS)}")
+    try:
+        value = float(number)
+    except ValueError:
+        raise ParameterError(f"interrupt when: {number!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ParameterError(f"interrupt when: {number!r} is not a finite number")
+    return name, op, value
+
+
+def due(next_event: float | None, ledger: Any, at: float | None, when: str | None) -> tuple[str, str] | None:
+    """Which trigger stops the run before its next super-step, and why (None: it goes on)."""
+    if at is not None and next_event is not None and next_event >= at:
+        return "interrupt_at", f"interrupted at {at:g} s of virtual time (--interrupt-at)"
+    if when is not None:
+        name, op, value = check_condition(when)
+        if _OPS[op](getattr(ledger, name), value):
+            why = f"interrupted when {name} {op} {value:g} ({name} = {getattr(ledger, name):g}; --interrupt-when)"
+            return "interrupt_when", why
+    return None
