@@ -300,6 +300,7 @@ def _run_durable(
         outbox.charge(f"{run_id}/{agent}/{index}", agent, index, reply.cost_usd)
 
     def traced(agent: int, index: int, reply: Any) -> None:
+        assert tracer is not None  # only installed with one
         attributes = {"megaactors.agent": agent, "megaactors.call_index": index, "megaactors.stage": reply.stage,
                       "megaactors.tokens_in": reply.tokens_in, "megaactors.tokens_out": reply.tokens_out,
                       "megaactors.cost_usd": reply.cost_usd, "megaactors.virtual_start_s": rt.now,

@@ -52,7 +52,9 @@ def configure_from_env() -> bool:
             exporters.append(ConsoleSpanExporter())
         elif name == "otlp":
             try:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
+                    OTLPSpanExporter,
+                )
             except ImportError:
                 return False
             exporters.append(OTLPSpanExporter())
