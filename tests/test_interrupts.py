@@ -88,3 +88,44 @@ def test_bad_interrupts_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert [r.run_id for r in store.list_runs()] == ["a"]  # refused before anything was written
     code, _, err = call(capsys, "inspect", "--db", db, "--run-id", "nope")
     assert code == 2 and "no run 'nope'" in err
+
+
+def test_an_edit_is_recorded_and_replayed_by_a_later_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from megaactors import __version__
+    from megaactors.durable import DurableOptions, FencingError, run_durable
+    from megaactors.durable.interrupts import StateEdits
+
+    db, twin = tmp_path / "h.db", tmp_path / "twin.db"
+    code, _, err = call(capsys, "run", *RUN, "--checkpoint", str(db), "--run-id", "h", "--interrupt-at", "4",
+                        "--step-seconds", "0.5")  # fmt: skip
+    assert code == 0, err
+    shutil.copy(db, twin)
+    agent3 = json.loads(call(capsys, "inspect", "--db", str(db), "--run-id", "h", "--json")[1])["agents"][3]["state"]
+    for bad, words in (("3=[0,1]", "has 6 items, not 2"), ("300=[0]", "no agent 300"), ("3={", "not JSON")):
+        code, _, err = call(capsys, "resume", "--checkpoint", str(db), "--run-id", "h", "--set-state", bad)
+        assert code == 2 and words in err and len(err.splitlines()) == 1, err
+    with open_store(db, readonly=True) as store:
+        assert store.get_run("h").status == "interrupted"  # a refused edit leaves the run waiting
+    edited = [3, *agent3[1:]]  # agent 3 believes its three rounds are over
+    code, out, err = call(capsys, "resume", "--checkpoint", str(db), "--run-id", "h", "--json", "--who", "ada",
+                          "--set-state", f"3={json.dumps(edited)}")  # fmt: skip
+    assert code == 0, err
+    result = without_wall(json.loads(out))
+    assert result["messages"] < SPEC.execute().summary()["messages"]  # the edit changed the run
+    code, out, _ = call(capsys, "history", "--db", str(db), "--run-id", "h", "--json")
+    rows = [r for r in json.loads(out) if r["meta"].get("edit")]
+    assert len(rows) == 1 and rows[0]["meta"]["edit"]["who"] == "ada"
+    assert rows[0]["meta"]["edit"]["set_state"] == {"3": edited}
+    # the same edit on the twin, the run then lost mid-way and resumed without edits: the edit is replayed
+    with open_store(twin) as store:
+        spec = RunSpec.from_dict(store.get_run("h").params)
+        options = DurableOptions.from_dict(store.get_run("h").options)
+        lease = store.claim("h", "w1", __version__, 30)
+        polls = iter(range(10**6))
+        with pytest.raises(FencingError):
+            run_durable(store, lease, spec, options, edits=StateEdits("ada", {3: edited}), lost=lambda: next(polls) > 3)
+        assert store.end_lease("h", "w1", lease.fence)
+        again = run_durable(store, store.claim("h", "w2", __version__, 30), spec, options)
+    assert without_wall(json.loads(json.dumps(again.summary()))) == result

@@ -128,21 +128,28 @@ def open_for(target: str, *, create: bool = False, readonly: bool = False) -> An
     return open_store(target, create=create, readonly=readonly)
 
 
-def execute_under_lease(store: Any, lease: Any, spec: Any, options: Any, lease_s: float) -> dict[str, Any]:
+def execute_under_lease(
+    store: Any, lease: Any, spec: Any, options: Any, lease_s: float, edits: Any = None
+) -> dict[str, Any]:
     """Run (or resume) a claimed run to its end under a heartbeat; return its summary,
     or for a run stopped for a human (``--interrupt-at``/``--interrupt-when``) where and
     why (``status``: ``interrupted``). A run that fails gives its claim back (queued
     again, or dead after its last attempt) and the failure is one line naming what
-    became of the run."""
+    became of the run. ``edits`` (:class:`~megaactors.durable.interrupts.StateEdits`) are
+    applied as the run resumes."""
     from megaactors.durable import FencingError, Heartbeat, run_durable
     from megaactors.durable.interrupts import RunInterrupted
     from megaactors.durable.outbox import settle_compensations
+    from megaactors.errors import ParameterError
 
     with Heartbeat(store, lease, lease_s) as heartbeat:
         try:
-            result = run_durable(store, lease, spec, options, lost=lambda: heartbeat.lost)
+            result = run_durable(store, lease, spec, options, lost=lambda: heartbeat.lost, edits=edits)
             summary = result.summary()
             store.finish(lease, summary)
+        except ParameterError:  # a human's edit the run cannot take: nothing was written; it waits for another
+            store.interrupt(lease, store.get_run(lease.run_id).error or "an edit was refused", options.as_dict())
+            raise
         except RunInterrupted as stop:
             store.interrupt(lease, stop.reason, {**options.as_dict(), stop.trigger: None})
             return {"status": "interrupted", "run_id": lease.run_id, "step": stop.step,

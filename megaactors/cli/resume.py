@@ -42,6 +42,14 @@ def register(sub: Any) -> None:
     p.add_argument("--run-id", required=True, type=run_id, help="the run to resume")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_param(p, WAIT, default=0.0)
+    p.add_argument(
+        "--set-state",
+        action="append",
+        default=[],
+        metavar="AGENT=JSON",
+        help="replace an agent's behaviour state before going on (repeatable; recorded in history with --who)",
+    )
+    p.add_argument("--who", default=None, help="who makes the edits (default: USER@host)")
     add_lease_option(p)
     add_budget_options(p)
     p.set_defaults(handler=handle)
@@ -83,13 +91,38 @@ def handle(args: argparse.Namespace) -> int:
         latest = ro.latest(args.run_id)
         if latest is not None:
             check_header(latest.state or b"", where=f"run {args.run_id!r} step {latest.step}")
+    edits = _edits(args)
+    if edits.states and latest is None:
+        raise CommandError(f"run {args.run_id!r} has no checkpoint yet: there is no state to edit")
     store = open_for(args.db)
     try:
         lease = RunQueue(store).claim(args.run_id, owner_id(), args.lease)
-        summary = execute_under_lease(store, lease, spec, options, args.lease)
+        summary = execute_under_lease(store, lease, spec, options, args.lease, edits)
     finally:
         store.close()
     return print_summary(summary, args.json)
+
+
+def _edits(args: argparse.Namespace) -> Any:
+    """``--set-state AGENT=JSON`` options as :class:`StateEdits`; one-line errors for bad ones."""
+    import getpass
+    import socket
+
+    from megaactors.durable.interrupts import StateEdits
+
+    edits = StateEdits(who=args.who or f"{getpass.getuser()}@{socket.gethostname()}")
+    for text in args.set_state:
+        agent, sep, value = text.partition("=")
+        if not sep or not agent.strip().isdigit():
+            raise CommandError(f"--set-state: expected AGENT=JSON with AGENT an agent number, got {text!r}")
+        try:
+            state = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"--set-state: agent {agent.strip()}: not JSON ({exc.msg}): {value!r}") from None
+        if int(agent) in edits.states:
+            raise CommandError(f"--set-state: agent {int(agent)} given twice")
+        edits.states[int(agent)] = state
+    return edits
 
 
 def print_summary(summary: Any, as_json: bool) -> int:

@@ -44,7 +44,7 @@ from typing import Any
 
 from megaactors.core.behaviour import Behaviour
 from megaactors.durable import spans
-from megaactors.durable.interrupts import RunInterrupted, check_condition, due
+from megaactors.durable.interrupts import RunInterrupted, StateEdits, check_condition, due
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.runqueue import retry_busy
 from megaactors.durable.state import DurableSim
@@ -171,7 +171,8 @@ class _Writer:
         self.since_full = sum(r.meta.get("packed_bytes", r.nbytes) for r in chain[1:])
         self.parent = chain[-1].step
 
-    def write(self, rt: DurableSim, step: int) -> None:
+    def write(self, rt: DurableSim, step: int, note: dict[str, Any] | None = None) -> None:
+        """Queue the checkpoint of ``step`` (``note``: a human's edit, kept in its metadata)."""
         self._raise()
         t0 = time.perf_counter()
         if self.base is None:
@@ -198,6 +199,8 @@ class _Writer:
             "cost_usd": led.cost_usd,
             "finished": rt.finished,
         }
+        if note is not None:
+            meta["edit"] = note
         if self._thread is None:
             self._thread = threading.Thread(target=self._drain, name=f"checkpoints {self.lease.run_id}", daemon=True)
             self._thread.start()
@@ -261,6 +264,7 @@ def run_durable(
     progress: Progress | None = None,
     on_step: Callable[[int], None] | None = None,
     tracer: Any | None = None,
+    edits: StateEdits | None = None,
 ) -> RunResult:
     """Run ``spec`` under ``lease`` from its newest checkpoint (or from the start),
     checkpointing as it goes; return the result. ``lost`` is polled between
@@ -268,15 +272,17 @@ def run_durable(
     ``behaviour``/``tools`` replace the chat round for Python callers, who must
     pass the same ones on every resume. ``tracer`` (an OpenTelemetry tracer; by
     default the global one, :mod:`megaactors.durable.spans`) records the run, its
-    super-steps and LLM calls as spans."""
+    super-steps and LLM calls as spans. ``edits`` (a resumed run only) replaces agents'
+    behaviour states before it goes on, written as a checkpoint of their own (with who
+    and when) so that every later resume replays them."""
     tracer = tracer if tracer is not None else spans.tracer()
     if tracer is None:
-        return _run_durable(store, lease, spec, options, lost, behaviour, tools, progress, on_step, None)
+        return _run_durable(store, lease, spec, options, lost, behaviour, tools, progress, on_step, None, edits)
     attributes = {"megaactors.run_id": lease.run_id, "megaactors.fence": lease.fence}
     attributes.update({f"megaactors.param.{k}": v for k, v in spec.as_dict().items() if v is not None})
     with tracer.start_as_current_span("run", attributes=attributes) as span:
         recording = tracer if span.is_recording() else None
-        return _run_durable(store, lease, spec, options, lost, behaviour, tools, progress, on_step, recording)
+        return _run_durable(store, lease, spec, options, lost, behaviour, tools, progress, on_step, recording, edits)
 
 
 def _run_durable(
@@ -290,6 +296,7 @@ def _run_durable(
     progress: Progress | None,
     on_step: Callable[[int], None] | None,
     tracer: Any | None,
+    edits: StateEdits | None,
 ) -> RunResult:
     options = options or DurableOptions()
     progress = progress if progress is not None else Progress()
@@ -332,6 +339,8 @@ def _run_durable(
         with quiet_gc():
             wall0 = time.perf_counter()
             if latest is None:
+                if edits is not None and edits.states:
+                    raise ParameterError(f"run {run_id!r} has no checkpoint yet: there is no state to edit")
                 if tracer is None:
                     rt.start()
                 else:
@@ -344,6 +353,10 @@ def _run_durable(
                 rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
                 writer.resume(chain, rt)
                 step = progress.resumed_from = latest.step
+                if edits is not None and edits.states:
+                    edits.apply(rt)
+                    step += 1
+                    writer.write(rt, step, note=edits.note())
             wall_before = rt.wall_s
             every = options.checkpoint_every
             written = step

@@ -10,15 +10,18 @@ trigger that fired is dropped from the run's options, so it fires once).
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 import re
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from megaactors.errors import ParameterError
 
-__all__ = ["LEDGER_TOTALS", "RunInterrupted", "check_condition", "due"]
+__all__ = ["LEDGER_TOTALS", "RunInterrupted", "StateEdits", "check_condition", "due"]
 
 LEDGER_TOTALS = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd")
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -35,6 +38,63 @@ class RunInterrupted(Exception):
         self.step, self.virtual_time_s, self.reason = step, virtual_time_s, reason
         self.trigger = trigger
         """The option that fired (``interrupt_at`` or ``interrupt_when``): it fires once."""
+
+
+@dataclass
+class StateEdits:
+    """A human's edits of agents' behaviour states, made when an interrupted run resumes."""
+
+    who: str
+    states: dict[int, Any] = field(default_factory=dict)
+    """The new state of each edited agent (JSON data)."""
+
+    def apply(self, rt: Any) -> None:
+        """Replace the states in ``rt`` (a restored :class:`~megaactors.durable.state.DurableSim`);
+        :class:`ParameterError` for an agent that does not exist or a state that does not
+        have the shape of the one it replaces (what the behaviour could not read)."""
+        for agent, state in self.states.items():
+            if not 0 <= agent < len(rt.agents):
+                raise ParameterError(f"--set-state: there is no agent {agent} (the run has {len(rt.agents)})")
+            old = json.loads(json.dumps(rt.agents[agent].data))
+            problem = _shape_problem(old, state)
+            if problem:
+                raise ParameterError(
+                    f"--set-state: agent {agent}'s behaviour cannot read {json.dumps(state)}: {problem}"
+                )
+        for agent, state in self.states.items():
+            rt.agents[agent].data = json.loads(json.dumps(state))  # the agent's own copy
+            rt.tracker.touched(agent)
+
+    def note(self) -> dict[str, Any]:
+        """What a checkpoint's metadata records of the edit: who, when, what."""
+        states = json.loads(json.dumps({str(a): s for a, s in self.states.items()}))  # the agents change theirs
+        return {"who": self.who, "when": time.time(), "set_state": states}
+
+
+def _shape_problem(old: Any, new: Any, where: str = "the state", top: bool = True) -> str | None:
+    """Why ``new`` cannot stand in for ``old``, or None. Numbers stand for numbers; a
+    record (the top-level list, or a dict) keeps its length or keys and its items'
+    types; a list inside it (a memory, a queue) may have any length."""
+    number = (int, float)
+    if isinstance(old, number) and isinstance(new, number) and not isinstance(old, bool) and not isinstance(new, bool):
+        return None
+    if type(old) is not type(new):
+        return f"{where} is {type(old).__name__}, not {type(new).__name__}"
+    if isinstance(old, list) and top:
+        if len(old) != len(new):
+            return f"{where} has {len(old)} items, not {len(new)}"
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            problem = _shape_problem(a, b, f"item {i}", top=False)
+            if problem:
+                return problem
+    if isinstance(old, dict):
+        if set(old) != set(new):
+            return f"{where} has keys {sorted(old)}, not {sorted(new)}"
+        for key in old:
+            problem = _shape_problem(old[key], new[key], f"key {key!r}", top=False)
+            if problem:
+                return problem
+    return None
 
 
 def check_condition(text: str) -> tuple[str, str, float]:
