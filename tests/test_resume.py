@@ -268,9 +268,9 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_results(tmp_path:
         # loaded machine), sometimes anywhere, as early as before the run exists
         if trial % 4 == 3:
             time.sleep(rng.uniform(0.05, duration))
-        else:
+        else:  # soon after the first checkpoint (a sure mid-run kill) or anywhere after it
             _past_first_checkpoint(db, run_id, victim)
-            time.sleep(rng.uniform(0.0, working))
+            time.sleep(rng.uniform(0.0, working if trial % 4 == 2 else working / 4))
         victim.send_signal(signal.SIGKILL)
         victim.communicate()
         kills = 1
