@@ -184,7 +184,7 @@ class _Writer:
         packed = pack_state(state)
         self.progress.capture_s += time.perf_counter() - t0
         led = rt.ledger
-        meta = {
+        meta: dict[str, Any] = {
             "step": step,
             "events": rt.events_run,
             "virtual_time_s": rt.now,

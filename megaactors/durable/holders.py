@@ -15,7 +15,7 @@ import os
 import secrets
 import socket
 
-import psutil  # type: ignore[import-untyped]
+import psutil
 
 __all__ = ["holder_is_dead", "owner_id", "process_start"]
 

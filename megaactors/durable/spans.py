@@ -52,9 +52,7 @@ def configure_from_env() -> bool:
             exporters.append(ConsoleSpanExporter())
         elif name == "otlp":
             try:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
-                    OTLPSpanExporter,
-                )
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             except ImportError:
                 return False
             exporters.append(OTLPSpanExporter())
