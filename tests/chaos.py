@@ -396,7 +396,8 @@ def report(tallies: list[Tally], command: str) -> str:
         "super-steps per run; each run once in a sweep's results) and the results are identical to an",
         "undisturbed run's. `tests/test_chaos.py` runs one trial of each scenario in the test suite.",
         "",
-        f"Refreshed on {datetime.date.today().isoformat()} with megaactors {__version__}:",
+        f"Refreshed on {datetime.date.today().isoformat()} with megaactors {__version__}, on {os.cpu_count()} cores "
+        f"(load average {os.getloadavg()[0]:.1f} when it ended: other jobs shared the machine), by:",
         "",
         "```bash",
         command,
@@ -418,6 +419,10 @@ def report(tallies: list[Tally], command: str) -> str:
         "the run is taken over at once from its dead holder and finishes); *sweeps* — a second sweep of a",
         "directory while one writes (refused, or finding nothing to do), then the first SIGKILLed and the",
         "sweep resumed.",
+        "",
+        "Found by the suite as it was written, and fixed: a worker that could not hand a run back on a",
+        "full disk waited out its own lease (it now stops, and its dead-process lease ends at once); a",
+        "worker started while PostgreSQL restarted exited instead of waiting for the server.",
         "",
     ]
     return "\n".join(lines)
