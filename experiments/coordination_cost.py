@@ -114,7 +114,7 @@ def queue_depth(seed: int) -> Figure:
     samples = {}
     for name in ("star", f"two-tier, G = {FIXED_GROUP_SIZE}", "hierarchy, fan-out 5"):
         spec = specs[name]
-        samples[name] = sample_queues(SimRuntime(spec.organisation(), spec.behaviour(), spec.llm(), seed=seed))
+        samples[name] = sample_queues(SimRuntime(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=seed))
     return queue_figure(samples)
 
 

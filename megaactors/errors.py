@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "BehaviourError",
+    "BehaviourLoadError",
     "CorruptStoreError",
     "FencingError",
     "FormatVersionError",
@@ -23,6 +24,7 @@ __all__ = [
     "StoreBusyError",
     "StoreError",
     "TransitionError",
+    "UncheckpointableError",
     "UnknownRunError",
     "VersionMismatchError",
 ]
@@ -30,6 +32,12 @@ __all__ = [
 
 class ParameterError(ValueError):
     """Impossible run parameters; the text names the parameter."""
+
+
+class BehaviourLoadError(ParameterError):
+    """A behaviour named by a run cannot be loaded or built (an import path that does
+    not import, a class that is not a behaviour, unknown constructor parameters); the
+    text says which and why."""
 
 
 # ---------------------------------------------------------------------- agents and messages
@@ -57,6 +65,11 @@ class RouteError(PermissionError):
 
 class RecruitError(RuntimeError):
     """A recruitment the organisation does not allow (fan-out cap reached)."""
+
+
+class UncheckpointableError(ValueError):
+    """A behaviour's state or a message payload holds a value a checkpoint cannot
+    store; the text names the agent, where in its state, and the value's type."""
 
 
 # ---------------------------------------------------------------------- durable runs

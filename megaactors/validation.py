@@ -52,6 +52,9 @@ class Param:
     """For a ``str``: the accepted values (a callable: registries may grow at run time)."""
     noun: str = ""
     """What a choice is called in errors and help (``topology``, ``priced model``)."""
+    prefixes: tuple[str, ...] = ()
+    """For a ``str`` with choices: values that start with one of these (and go on) are
+    accepted too, their rest checked elsewhere (``graph:PATH``)."""
     optional: bool = False
     """``None`` (written ``none``) is accepted and means "not set"."""
     words: tuple[str, ...] = ()
@@ -75,7 +78,7 @@ class Param:
     def range_text(self) -> str:
         """The accepted values in a few words: ``an integer >= 1 and <= 1000000000``."""
         if self.kind is str and self.choices is not None:
-            text = "one of " + ", ".join(self.choices())
+            text = "one of " + ", ".join([*self.choices(), *(f"{p}…" for p in self.prefixes)])
         elif self.kind in (int, float):
             text = "an integer" if self.kind is int else "a finite number"
             bounds = []
@@ -117,9 +120,12 @@ class Param:
                 raise ParameterError(f"{self.label} must be a string, got {value!r}")
             if self.choices is not None:
                 known = tuple(self.choices())
+                if any(value.startswith(p) and len(value) > len(p) for p in self.prefixes):
+                    return value
                 if value not in known:
                     noun = self.noun or self.label
-                    raise ParameterError(f"unknown {noun} {value!r}; expected one of {', '.join(known)}")
+                    shown = ", ".join([*known, *(f"{p}…" for p in self.prefixes)])
+                    raise ParameterError(f"unknown {noun} {value!r}; expected one of {shown}")
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ParameterError(f"{self.label} must be {self.range_text()}, got {value!r}")

@@ -23,7 +23,7 @@ from megaactors.experiments.collector import (
 
 def runtime(topology: str = "two-tier", agents: int = 30, seed: int = 2, **extra) -> SimRuntime:
     spec = RunSpec(topology=topology, agents=agents, group_size=6, seed=seed, **extra)
-    return SimRuntime(spec.organisation(), spec.behaviour(), spec.llm(), seed=seed)
+    return SimRuntime(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=seed)
 
 
 def test_super_steps_end_where_the_run_ends_with_the_ledger_totals() -> None:
@@ -70,7 +70,7 @@ def test_every_k_events_and_the_agents_series() -> None:
 
 def test_processing_counts_match_the_trace() -> None:
     spec = RunSpec(topology="two-tier", agents=24, group_size=6, seed=5, trace=True)
-    rt = SimRuntime(spec.organisation(), spec.behaviour(), spec.llm(), seed=5, trace=True)
+    rt = SimRuntime(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=5, trace=True)
     model = DataCollector(every_events=1, agents=False).run(rt).model_frame()
     assert model["processing"].max() == rt.trace.max_concurrent(AgentState.PROCESSING)
     assert collector_is_deterministic(spec)
@@ -79,7 +79,7 @@ def test_processing_counts_match_the_trace() -> None:
 def collector_is_deterministic(spec: RunSpec) -> bool:
     frames = [
         DataCollector(step_s=0.25)
-        .run(SimRuntime(spec.organisation(), spec.behaviour(), spec.llm(), seed=spec.seed))
+        .run(SimRuntime(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=spec.seed))
         .model_frame()
         for _ in range(2)
     ]

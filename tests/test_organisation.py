@@ -105,34 +105,50 @@ def test_edges_carry_their_channel() -> None:
     assert not g.has_edge(1, 4)
 
 
-def test_from_a_users_grouped_graph() -> None:
+def test_from_a_users_grouped_graph_respects_its_edges() -> None:
     g = nx.Graph()
     g.add_node("ceo", role="boss")
     for team in ("red", "blue"):
         g.add_node(f"{team}-lead", group=team, role="admin")
         for i in range(3):
             g.add_node(f"{team}-{i}", group=team)
+            g.add_edge(f"{team}-lead", f"{team}-{i}")  # a sparse group: a star around its lead
+        g.add_edge("ceo", f"{team}-lead")
+    g.add_edge("red-lead", "blue-lead")
     org = Organisation.from_networkx(g)
     idx = {name: i for i, name in enumerate(org.names)}
-    assert org.boss == idx["ceo"] and len(org.groups) == 2
-    assert org.role(idx["red-lead"]) == "admin"
+    assert org.kind == "graph" and org.boss == idx["ceo"] and len(org.groups) == 2
+    assert org.role(idx["red-lead"]) == "admin" and org.level[idx["red-0"]] == 2
     org.check_route(idx["red-0"], idx["red-lead"], INTRA)
     org.check_route(idx["red-lead"], idx["blue-lead"], ADMIN)
     org.check_route(idx["ceo"], idx["blue-lead"], HIERARCHY)
-    with pytest.raises(RouteError):
-        org.check_route(idx["red-0"], idx["blue-1"], INTRA)
+    with pytest.raises(RouteError, match="no edge"):  # same group, but the graph has no edge
+        org.check_route(idx["red-0"], idx["red-1"], INTRA)
+    with pytest.raises(RouteError, match="is on channel 'admin', not 'intra'"):
+        org.check_route(idx["red-lead"], idx["blue-lead"], INTRA)
+    assert sorted(org.group_peers(idx["red-lead"])) == sorted(idx[f"red-{i}"] for i in range(3))
     assert set(org.to_networkx().nodes) == set(g.nodes)
+    assert Organisation.from_networkx(org.to_networkx()).same_structure(org)
 
 
-def test_from_a_users_tree() -> None:
+def test_a_tree_is_a_graph_and_parents_make_it_a_hierarchy() -> None:
     tree = nx.balanced_tree(2, 3)
+    plain = Organisation.from_networkx(tree)
+    assert plain.kind == "graph" and plain.n == 15 and plain.boss is None
+    plain.check_route(1, 3, INTRA)
+    nx.set_node_attributes(tree, {v: (v - 1) // 2 if v else None for v in tree}, "parent")
     org = Organisation.from_networkx(tree)
-    assert org.n == 15 and org.boss == 0 and org.depth() == 3
+    assert org.boss == 0 and org.depth() == 3
     org.check_route(1, 3, HIERARCHY)
+    with pytest.raises(RouteError):  # siblings share a group, but the tree has no edge between them
+        org.check_route(3, 4, INTRA)
 
 
-def test_from_a_graph_that_is_neither_grouped_nor_a_tree() -> None:
-    with pytest.raises(OrganisationError, match=r"give every node"):
-        Organisation.from_networkx(nx.cycle_graph(5))
+def test_graphs_without_nodes_or_edges_are_refused() -> None:
     with pytest.raises(OrganisationError, match="no nodes"):
         Organisation.from_networkx(nx.Graph())
+    with pytest.raises(OrganisationError, match="no edges"):
+        Organisation.from_networkx(nx.empty_graph(5))
+    with pytest.raises(OrganisationError, match="self-loop at node 2"):
+        Organisation.from_networkx(nx.Graph([(1, 2), (2, 2)]))
+    Organisation.from_networkx(nx.cycle_graph(5)).check_route(0, 4, INTRA)

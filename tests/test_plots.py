@@ -201,7 +201,7 @@ def test_timeline_figure_draws_each_agents_states() -> None:
 
 def test_sample_queues_follows_the_run_super_step_by_super_step() -> None:
     spec = RunSpec(topology="star", agents=40, seed=3)
-    runtime = SimRuntime(spec.organisation(), spec.behaviour(), spec.llm(), seed=3)
+    runtime = SimRuntime(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=3)
     samples = sample_queues(runtime)
     result = runtime.result()
     reference = spec.execute()
@@ -268,7 +268,13 @@ def test_dollar_figures_name_the_model_and_its_prices(rows: pd.DataFrame) -> Non
     assert expected in cost_figure(rows, "dollars").axes[0].get_title()
     assert "per M tokens" not in cost_figure(rows, "messages").axes[0].get_title()
     assert expected in group_size_figure(rows).axes[1].get_title()
-    two = rows.assign(model=np.where(rows["seed"] == 1, "gpt-4o-mini", "gpt-4o"))
+    model = np.where(rows["seed"] == 1, "gpt-4o-mini", "gpt-4o")
+    listed = {m: PRICES[m] for m in ("gpt-4o-mini", "gpt-4o")}  # rows record the prices paid
+    two = rows.assign(
+        model=model,
+        price_in=[listed[m].input_per_m for m in model],
+        price_out=[listed[m].output_per_m for m in model],
+    )
     title = cost_figure(two, "dollars").axes[0].get_title()
     other = price_title("gpt-4o", PRICES["gpt-4o"].input_per_m, PRICES["gpt-4o"].output_per_m)
     assert expected in title and other.replace("$", r"\$") in title
@@ -306,7 +312,7 @@ def test_load_labels_stay_clear_of_the_markers() -> None:
 
 def test_queue_figure_title_gives_n() -> None:
     spec = RunSpec(topology="star", agents=25, seed=1)
-    samples = sample_queues(SimRuntime(spec.organisation(), spec.behaviour(), spec.llm(), seed=1))
+    samples = sample_queues(SimRuntime(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=1))
     assert samples.attrs["agents"] == 25
     assert queue_figure({"star": samples}).axes[0].get_title() == "Queue depth over virtual time (N = 25)"
 
@@ -337,7 +343,7 @@ def test_organisation_figure_draws_only_channels_that_carried_messages() -> None
 
 def test_organisation_figure_colours_agents_by_state() -> None:
     spec = RunSpec(topology="star", agents=12, seed=1)
-    rt = SimRuntime(spec.organisation(), spec.behaviour(), spec.llm(), seed=1)
+    rt = SimRuntime(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=1)
     rt.start()
     states = [a.state for a in rt.agents]
     assert states.count(AgentState.PROCESSING) == 11  # every spoke composes its question

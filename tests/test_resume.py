@@ -195,7 +195,7 @@ def test_delta_size_follows_activity_not_history(tmp_path: Path) -> None:
     from megaactors.durable.store import decode_state, pack_state
 
     def full_size(step: int) -> int:
-        rt = DurableSim(spec.organisation(), spec.behaviour(), spec.llm(), seed=spec.seed, trace=True)
+        rt = DurableSim(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=spec.seed, trace=True)
         rt.restore_chain([decode_state(r.state) for r in store.chain("r", step)])
         return len(pack_state(rt.full()))
 

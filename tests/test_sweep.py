@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from megaactors import Organisation, RunSpec, expected_messages
+from megaactors.core.llm import PRICES
 from megaactors.experiments.spec import ParameterError
 from megaactors.experiments.sweep import (
     COLUMNS,
@@ -120,11 +121,16 @@ def test_a_row_holds_every_ledger_figure_and_the_parameters(tmp_path: Path) -> N
                    progress=False)  # fmt: skip
     assert list(df.columns) == list(COLUMNS) and len(df) == 1
     row = df.iloc[0]
-    spec = RunSpec(topology="two-tier", agents=60, group_size=7, seed=3, rounds=2)
+    spec = RunSpec.from_dict({"topology": "two-tier", "agents": 60, "group_size": 7, "seed": 3, "rounds": 2})
     summary = spec.execute().summary()
+    prices = {"price_in": PRICES[spec.model].input_per_m, "price_out": PRICES[spec.model].output_per_m}
     for name, value in spec.as_dict().items():
-        if name == "fanout" or value is None:  # a two-tier run ignores the fan-out: its cell is blank
-            assert str(row[name]) == "<NA>", name
+        if name in ("fanout", "degree", "rewire") or (value is None and name not in prices):
+            assert str(row[name]) in ("<NA>", "nan"), name  # a two-tier run ignores them: their cells are blank
+        elif name in prices:  # the prices paid: the model's list price
+            assert value is None and row[name] == prices[name] == summary[name], name
+        elif name == "behaviour_params":  # canonical JSON text in a frame
+            assert json.loads(row[name]) == value == {}
         else:
             assert row[name] == value, name
     for name, value in summary.items():
@@ -299,6 +305,26 @@ def test_progress_bar_counts_runs(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 
 # ---------------------------------------------------------------------- reading results
+
+
+def test_a_results_file_from_before_behaviours_graphs_and_prices_reads_and_extends(tmp_path: Path) -> None:
+    from megaactors.experiments.result_rows import ADDED_COLUMNS
+
+    run_sweep({"topology": "star", "agents": [10, 20], "model": "gpt-4o"}, tmp_path, workers=0, progress=False)
+    with open(tmp_path / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    old = [c for c in COLUMNS if c not in ADDED_COLUMNS]
+    with open(tmp_path / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, old, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "wall_s": "777.0"})  # a recomputed row would lose the mark
+    df = load_results(tmp_path)
+    assert list(df["behaviour"]) == ["chat-round"] * 2 and list(df["behaviour_params"]) == ["{}"] * 2
+    assert list(df["price_in"]) == [PRICES["gpt-4o"].input_per_m] * 2 and df["degree"].isna().all()
+    wider = run_sweep({"topology": "star", "agents": [10, 20, 30], "model": "gpt-4o"}, tmp_path, workers=0,
+                      progress=False)  # fmt: skip
+    assert list(wider["wall_s"])[:2] == [777.0, 777.0] and len(wider) == 3
 
 
 def _write_results(path: Path) -> list[str]:

@@ -125,7 +125,8 @@ def test_declared_reads_names_and_types_from_the_dataclass() -> None:
 def test_every_run_spec_field_is_declared() -> None:
     from dataclasses import fields
 
-    assert [f.name for f in fields(RunSpec)] == list(PARAMETERS)
+    # but the behaviour's own parameters and its version, which are data of the behaviour
+    assert [f.name for f in fields(RunSpec)] == [*PARAMETERS, "behaviour_params", "behaviour_version"]
 
 
 def test_run_spec_checks_every_field_and_normalises_numbers() -> None:
@@ -173,7 +174,7 @@ def test_every_run_parameter_is_accepted_by_name_in_assignments() -> None:
         value = getattr(defaults, name)
         text = "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
         for spelling in (name, name.replace("_", "-")):
-            assert parse_assignment(f"{spelling}={text}", "--grid") == (p, [value])
+            assert parse_assignment(f"{spelling}={text}", "--grid") == (p.name, [value])
     with pytest.raises(CommandError, match="unknown parameter 'colour'; known: topology, agents"):
         parse_assignment("colour=red", "--set")
     with pytest.raises(CommandError, match="--set expects NAME=V1,V2"):

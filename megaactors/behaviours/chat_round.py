@@ -9,12 +9,17 @@ of its channels:
   message with each admin on the hierarchy channel (``+ 2a``);
 * star: every spoke sends to the hub and the hub replies to each (``2(N-1)``);
 * hierarchy: a task flows down every tree edge from the boss and a result flows back
-  up every edge (``2(N-1)``).
+  up every edge (``2(N-1)``);
+* a graph organisation: one message along every directed edge (an undirected edge
+  carries one each way: ``2|E|``), each on its edge's channel.
 
 Every batch an agent takes costs one LLM call (it reads the batch); composing its
 first message costs one more. With several rounds, an agent sends round ``r + 1``
 once it has read every round-``r`` message addressed to it (no agent can be more
-than one round ahead of a peer, so two counters suffice).
+than one round ahead of a peer, so two counters suffice). On a directed graph an
+agent may run several rounds ahead of the agents it messages, so it counts the
+messages of each round; one that nobody messages sends its rounds one after the
+other.
 """
 
 from __future__ import annotations
@@ -43,26 +48,11 @@ _NOTHING, _SEND_ROUND, _TASK_DOWN, _RESULT_UP, _ANSWER = 0, 1, 2, 3, 4
 
 def mesh_channels(org: Organisation, a: int) -> list[tuple[str, list[int]]]:
     """Channels and peers of ``a`` for a symmetric exchange: each pair on one channel,
-    the first of intra, admin, hierarchy that allows it."""
+    the first of intra, admin, hierarchy that allows it (:meth:`Organisation.contacts`)."""
     if org.boss is None and org.kind in ("two-tier", "flat"):  # disjoint channels, tree edges inside groups
         pairs = ((INTRA, org.group_peers(a)), (ADMIN, org.admin_peers(a)))
         return [(channel, peers) for channel, peers in pairs if peers]
-    channels = []
-    intra = org.group_peers(a)
-    if intra:
-        channels.append((INTRA, intra))
-    admin = org.admin_peers(a)
-    tree = org.tree_neighbours(a)
-    if admin or tree:
-        covered = set(intra)
-        admin = [b for b in admin if b not in covered]
-        if admin:
-            channels.append((ADMIN, admin))
-            covered.update(admin)
-        tree = [b for b in tree if b not in covered]
-        if tree:
-            channels.append((HIERARCHY, tree))
-    return channels
+    return org.contacts(a)
 
 
 def mesh_degree(org: Organisation, a: int) -> int:
@@ -78,6 +68,8 @@ def mesh_degree(org: Organisation, a: int) -> int:
 
 def expected_messages(org: Organisation, rounds: int = 1) -> int:
     """The closed-form message count of ``rounds`` chat rounds on ``org``."""
+    if org.graph is not None:
+        return rounds * org.graph.edge_count
     if org.kind in ("star", "hierarchy"):
         return 2 * (org.n - 1) * rounds
     return rounds * sum(len(peers) for a in range(org.n) for _, peers in mesh_channels(org, a))
@@ -102,6 +94,8 @@ class ChatRound:
     # ------------------------------------------------------------------ protocol
 
     def init(self, agent: int, org: Organisation) -> list[Any]:
+        if org.kind == "graph":  # messages read per round, and how many make a round
+            return [0, [], 0, _NOTHING, [], org.in_degree(agent)]
         return [0, 0, 0, _NOTHING, [], 0]
 
     def on_start(self, ctx: AgentContext, state: list[Any]) -> Effects | None:
@@ -114,6 +108,10 @@ class ChatRound:
             todo = _TASK_DOWN
         elif org.kind == "star":
             if a == org.boss:
+                return None
+            todo = _SEND_ROUND
+        elif org.kind == "graph":
+            if not org.contacts(a):
                 return None
             todo = _SEND_ROUND
         else:
@@ -131,6 +129,8 @@ class ChatRound:
             self._tree_batch(ctx, state, batch)
         elif kind == "star":
             self._star_batch(ctx, state, batch)
+        elif kind == "graph":
+            self._graph_batch(state, batch)
         else:  # the mesh kinds (two-tier, flat), inlined: this is the hot path of every cost experiment
             r = state[_ROUND]
             ahead = 0 if r >= self.rounds else [p.payload[0] for p in batch.packets].count(r)
@@ -148,6 +148,8 @@ class ChatRound:
         org, a = ctx.org, ctx.agent
         r = state[_ROUND]
         if todo == _SEND_ROUND:
+            if org.kind == "graph":
+                return self._graph_send(ctx, state)
             if org.kind == "star":
                 sends = [Send((org.parent[a],), HIERARCHY, "ask", [r, self.text])]
             else:
@@ -193,3 +195,29 @@ class ChatRound:
             elif state[_ROUND] + 1 < self.rounds:
                 state[_ROUND] += 1
                 state[_TODO] = _TASK_DOWN
+
+    def _graph_batch(self, state: list[Any], batch: Batch) -> None:
+        got = state[_GOT]
+        for p in batch.packets:
+            r = p.payload[0]
+            if r >= len(got):
+                got.extend([0] * (r + 1 - len(got)))
+            got[r] += 1
+        r = state[_ROUND]
+        if 0 < r < self.rounds and self._read_round(state, r - 1):
+            state[_TODO] = _SEND_ROUND
+
+    def _read_round(self, state: list[Any], r: int) -> bool:
+        """Whether every round-``r`` message addressed to this agent has been read."""
+        got = state[_GOT]
+        return (got[r] if r < len(got) else 0) == state[_EXPECTED]
+
+    def _graph_send(self, ctx: AgentContext, state: list[Any]) -> Effects:
+        r = state[_ROUND]
+        payload = [r, self.text]
+        sends = [Send(peers, ch, "chat", payload) for ch, peers in ctx.org.contacts(ctx.agent)]
+        state[_ROUND] = r + 1
+        if r + 1 < self.rounds and self._read_round(state, r):  # nothing to wait for: compose the next round
+            state[_TODO] = _SEND_ROUND
+            return Effects(sends=sends, llm=self._compose.llm)
+        return Effects(sends=sends)

@@ -4,8 +4,10 @@ Each module of this package that defines ``register(subparsers)`` adds one
 sub-command; ``main`` discovers them, so a new command is a new module.
 
 ``main`` is the one error boundary: bad input and refusals are one line on stderr
-and exit code 2; anything else is a short "internal error" line and exit code 1
-(the traceback only with ``--debug``); every line is redacted of passwords.
+and exit code 2; a run that its behaviour broke (it raised, or sent where the
+organisation forbids) is one line and exit code 1; anything else is a short
+"internal error" line and exit code 1 (the traceback only with ``--debug``); every
+line is redacted of passwords.
 """
 
 from __future__ import annotations
@@ -36,10 +38,28 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from megaactors.core.organisation import OrganisationError
     from megaactors.durable.billing import BillingError
     from megaactors.durable.store import StoreError
-    from megaactors.errors import ParameterError
+    from megaactors.errors import ParameterError, UncheckpointableError
     from megaactors.experiments.result_rows import SweepError
 
-    return (CommandError, ParameterError, StoreError, SweepError, BillingError, MessageError, OrganisationError)
+    return (
+        CommandError,
+        ParameterError,
+        StoreError,
+        SweepError,
+        BillingError,
+        MessageError,
+        OrganisationError,
+        UncheckpointableError,
+    )
+
+
+def run_failures() -> tuple[type[BaseException], ...]:
+    """Errors of a run whose behaviour failed (its own exception, a forbidden send or
+    recruitment): one line naming the agent, exit code 1."""
+    from megaactors.core.behaviour import BehaviourError
+    from megaactors.errors import RecruitError, RouteError
+
+    return (BehaviourError, RouteError, RecruitError)
 
 
 def build_parser() -> Parser:
@@ -91,6 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             if args.debug:
                 print(redact(traceback.format_exc()), file=sys.stderr, end="")
+            if isinstance(exc, run_failures()):
+                _line("error", exc, "" if args.debug else " (--debug shows the traceback)")
+                return 1
             hint = "" if args.debug else " (--debug shows the traceback)"
             _line("internal error", exc, f"; please report it{hint}")
             return 1

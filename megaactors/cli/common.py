@@ -4,21 +4,25 @@ from parameter declarations (:class:`~megaactors.validation.Param`)."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from megaactors.experiments.spec import PARAMETERS, ParameterError, RunSpec
+from megaactors.experiments.spec import BEHAVIOUR_PREFIX, PARAMETERS, ParameterError, RunSpec
 from megaactors.redact import redact
 from megaactors.validation import Param
 
 __all__ = [
     "CommandError",
     "Parser",
+    "add_behaviour_param_option",
     "add_param",
     "add_run_options",
+    "behaviour_params_from_args",
     "parameter_list",
     "parse_assignment",
+    "parse_behaviour_value",
     "parse_list",
     "run_parameter",
     "spec_from_args",
@@ -111,16 +115,44 @@ def add_param(
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """One option per run parameter (a :class:`RunSpec` field)."""
+    """One option per run parameter (a :class:`RunSpec` field), and ``--behaviour-param``."""
     defaults = RunSpec()
     for name, p in PARAMETERS.items():
         add_param(parser, p, default=getattr(defaults, name))
+    add_behaviour_param_option(parser)
+
+
+def add_behaviour_param_option(parser: argparse.ArgumentParser, *, as_list: bool = False) -> None:
+    """``--behaviour-param KEY=VALUE`` (repeatable; with ``as_list`` ``KEY=V1,V2``)."""
+    parser.add_argument(
+        "--behaviour-param",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2" if as_list else "KEY=VALUE",
+        help="a parameter of the behaviour's constructor (repeatable); the value is read as JSON where it parses, "
+        "else as text" + ("; comma-separated values make a grid" if as_list else ""),
+    )
+
+
+def behaviour_params_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``--behaviour-param KEY=VALUE`` options as ``{"behaviour.KEY": value}``."""
+    out: dict[str, Any] = {}
+    for item in args.behaviour_param:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise CommandError(f"--behaviour-param expects KEY=VALUE with KEY a Python name, got {item!r}")
+        name = BEHAVIOUR_PREFIX + key.strip()
+        if name in out:
+            raise CommandError(f"--behaviour-param: parameter {key.strip()!r} given twice")
+        out[name] = parse_behaviour_value(text)
+    return out
 
 
 def spec_from_args(args: argparse.Namespace, **overrides: Any) -> RunSpec:
     """The :class:`RunSpec` the options describe; bad values raise :class:`CommandError`."""
+    given = {name: getattr(args, name) for name in PARAMETERS}
     try:
-        return RunSpec.from_dict({**{name: getattr(args, name) for name in PARAMETERS}, **overrides})
+        return RunSpec.from_dict({**given, **behaviour_params_from_args(args), **overrides})
     except ParameterError as exc:
         raise CommandError(str(exc)) from exc
 
@@ -129,8 +161,39 @@ def run_parameter(name: str) -> Param:
     """The declaration of run parameter ``name`` (dashes or underscores)."""
     key = name.strip().lstrip("-").replace("-", "_")
     if key not in PARAMETERS:
-        raise CommandError(f"unknown parameter {name.strip()!r}; known: {', '.join(PARAMETERS)}")
+        raise CommandError(
+            f"unknown parameter {name.strip()!r}; known: {', '.join(PARAMETERS)}, or {BEHAVIOUR_PREFIX}NAME "
+            "for a parameter of the behaviour"
+        )
     return PARAMETERS[key]
+
+
+def parse_behaviour_value(text: str) -> Any:
+    """A behaviour parameter's value: JSON where the text parses as JSON, else the text."""
+    item = text.strip()
+    try:
+        return json.loads(item)
+    except ValueError:
+        return item
+
+
+def split_values(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets, braces and quotes."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, c in enumerate(text):
+        if quote:
+            quote = "" if c == quote and text[i - 1] != "\\" else quote
+        elif c in "\"'":
+            quote = c
+        elif c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in parts if p.strip()]
 
 
 def parse_list(p: Param, text: str) -> list[Any]:
@@ -144,13 +207,25 @@ def parse_list(p: Param, text: str) -> list[Any]:
     return values
 
 
-def parse_assignment(text: str, option: str) -> tuple[Param, list[Any]]:
-    """``NAME=V1,V2`` (the form of ``--param``, ``--grid`` and ``--set``)."""
+def parse_assignment(text: str, option: str) -> tuple[str, list[Any]]:
+    """``NAME=V1,V2`` (the form of ``--param``, ``--grid`` and ``--set``): the
+    parameter's name and its values. ``behaviour.KEY`` names a behaviour parameter,
+    whose values are JSON where they parse (commas inside brackets or quotes do not
+    split them)."""
     name, sep, values = text.partition("=")
     if not sep or not name.strip():
         raise CommandError(f"{option} expects NAME=V1,V2, got {text!r}")
+    name = name.strip()
+    if name.startswith(BEHAVIOUR_PREFIX):
+        key = name[len(BEHAVIOUR_PREFIX) :]
+        if not key.isidentifier():
+            raise CommandError(f"{option}: {name!r} is not {BEHAVIOUR_PREFIX}NAME with NAME a Python name")
+        parsed = [parse_behaviour_value(v) for v in split_values(values)]
+        if not parsed:
+            raise CommandError(f"empty grid: {name} has no values")
+        return name, parsed
     p = run_parameter(name)
-    return p, parse_list(p, values)
+    return p.name, parse_list(p, values)
 
 
 def parameter_list() -> str:
@@ -159,4 +234,8 @@ def parameter_list() -> str:
     width = max(len(n) for n in PARAMETERS) + 2
     lines = ["run parameters (NAME=VALUE; the option of the same name is --NAME with dashes):"]
     lines += [f"  {name.ljust(width)}{p.describe()}" for name, p in PARAMETERS.items()]
+    lines.append(
+        f"  {(BEHAVIOUR_PREFIX + 'NAME').ljust(width)}a parameter of the behaviour's constructor "
+        "(megaactors behaviours NAME lists them); JSON where it parses, else text"
+    )
     return "\n".join(lines)

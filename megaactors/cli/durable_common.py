@@ -25,6 +25,7 @@ __all__ = [
     "execute_under_lease",
     "open_for",
     "options_from_args",
+    "preflight",
     "table",
 ]
 
@@ -80,6 +81,16 @@ def check_budget(args: argparse.Namespace, specs: Sequence[Any]) -> None:
         refusal = budget.refusal(spec)
         if refusal:
             raise CommandError(f"run refused: {refusal}")
+
+
+def preflight(specs: Sequence[Any]) -> None:
+    """Start each run in memory before anything is written: the behaviour must accept
+    the organisation and every agent's state after the start must be one a checkpoint
+    stores (one line, exit code 2, otherwise)."""
+    from megaactors.durable.checkpointing import preflight as start_in_memory
+
+    for spec in specs:
+        start_in_memory(spec)
 
 
 def add_durable_options(parser: argparse.ArgumentParser, *, with_store: bool) -> None:
@@ -138,16 +149,16 @@ def execute_under_lease(
     became of the run. ``edits`` (:class:`~megaactors.durable.interrupts.StateEdits`) are
     applied as the run resumes."""
     from megaactors.durable import FencingError, Heartbeat, run_durable
-    from megaactors.durable.interrupts import RunInterrupted
+    from megaactors.durable.interrupts import EditRefused, RunInterrupted
     from megaactors.durable.outbox import settle_compensations
-    from megaactors.errors import ParameterError
+    from megaactors.durable.worker import PERMANENT
 
     with Heartbeat(store, lease, lease_s) as heartbeat:
         try:
             result = run_durable(store, lease, spec, options, lost=lambda: heartbeat.lost, edits=edits)
             summary = result.summary()
             store.finish(lease, summary)
-        except ParameterError:  # a human's edit the run cannot take: nothing was written; it waits for another
+        except EditRefused:  # a human's edit the run cannot take: nothing was written; it waits for another
             store.interrupt(lease, store.get_run(lease.run_id).error or "an edit was refused", options.as_dict())
             raise
         except RunInterrupted as stop:
@@ -158,11 +169,14 @@ def execute_under_lease(
             raise
         except Exception as exc:
             error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            permanent = isinstance(exc, PERMANENT)
             try:
-                status = store.fail(lease, error)
+                status = store.fail(lease, error, final=permanent)
             except Exception:  # the store itself is failing: the lease runs out instead
                 raise exc from None
-            became = "dead (no attempts left)" if status == "dead" else "queued again"
+            became = "queued again"
+            if status == "dead":
+                became = "dead (it would fail again)" if permanent else "dead (no attempts left)"
             raise CommandError(f"run {lease.run_id!r} failed and is {became}: {error}") from exc
     settle_compensations(store, run_id=lease.run_id)
     if options.interrupt_at is not None:
@@ -207,6 +221,7 @@ def run_checkpointed(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
     if spec.runtime != "sim":
         raise CommandError(f"checkpointed runs use the sim runtime, not {spec.runtime!r}")
     options = options_from_args(args)
+    preflight([spec])
     store = open_for(args.db, create=True)
     try:
         try:

@@ -21,7 +21,7 @@ from megaactors.validation import Param
 
 __all__ = ["FIXED", "STEP", "register"]
 
-FIXED = ("topology", "agents", "group_size", "fanout", "runtime", "trace")
+FIXED = ("topology", "agents", "group_size", "fanout", "degree", "rewire", "runtime", "trace", "behaviour")
 """Parameters a fork keeps: they shape the state the checkpoint holds."""
 
 STEP = Param("step", int, "the checkpointed super-step to start from", minimum=0, maximum=2**62)
@@ -58,21 +58,21 @@ def handle(args: argparse.Namespace) -> int:
 
     changes: dict[str, Any] = {}
     for item in args.set:
-        param, values = parse_assignment(item, "--set")
-        if param.name in FIXED:
-            raise CommandError(f"--set {param.name}: a fork keeps {', '.join(FIXED)} (the checkpoint's shape)")
+        name, values = parse_assignment(item, "--set")
+        if name in FIXED:
+            raise CommandError(f"--set {name}: a fork keeps {', '.join(FIXED)} (the checkpoint's shape)")
         if len(values) != 1:
-            raise CommandError(f"--set {param.name}: one value, got {len(values)} ({item!r}); a fork is one run")
-        if param.name in changes:
-            raise CommandError(f"--set: parameter {param.name!r} given twice")
-        changes[param.name] = values[0]
+            raise CommandError(f"--set {name}: one value, got {len(values)} ({item!r}); a fork is one run")
+        if name in changes:
+            raise CommandError(f"--set: parameter {name!r} given twice")
+        changes[name] = values[0]
     with open_for(args.db) as store:
         source = store.get_run(args.run_id)
         try:
             base = RunSpec.from_dict(source.params)
         except TypeError as exc:
             raise CommandError(f"run {args.run_id!r} has bad parameters: {exc}") from exc
-        spec = RunSpec.from_dict({**base.as_dict(), **changes})
+        spec = RunSpec.from_dict({**base.as_dict(), **changes})  # behaviour.KEY changes one of its parameters
         check_budget(args, [spec])
         fork_run(store, args.run_id, args.step, args.new_run_id, spec.as_dict())
         if args.run:

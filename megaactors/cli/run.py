@@ -54,7 +54,13 @@ TIME_SCALE = Param(
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("run", help="run a chat round on an organisation and report its cost")
+    p = sub.add_parser(
+        "run",
+        help="run a behaviour (the chat round by default) on an organisation and report its cost",
+        description="Run one behaviour on one organisation and report messages, bytes, tokens, dollars and time. "
+        "--behaviour names the agent logic (megaactors behaviours lists what is installed; package.module:Class "
+        "runs your own) and --behaviour-param KEY=VALUE sets its constructor's parameters.",
+    )
     add_run_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_param(p, TIME_SCALE)
@@ -140,14 +146,20 @@ def run_traced(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
 def format_summary(s: dict[str, Any]) -> str:
     """A readable multi-line summary of a run."""
     by_channel = ", ".join(f"{k} {v:,}" for k, v in s["messages_by_channel"].items() if v)
+    behaviour = s.get("behaviour", "chat-round")
+    params = s.get("behaviour_params") or {}
+    what = behaviour + (" (" + ", ".join(f"{k}={v!r}" for k, v in params.items()) + ")" if params else "")
+    model = s["model"]
+    if s.get("price_in") is not None:
+        model += f" at ${s['price_in']:,.2f} in / ${s['price_out']:,.2f} out per M tokens"
     lines = [
         f"{s['topology']} organisation: {s['agents']:,} agents in {s['groups']:,} groups, {s['levels']} level(s)"
-        f" — {s['rounds']} round(s) on the {s['runtime']} runtime, seed {s['seed']}",
+        f" — {s['rounds']} round(s) of {what} on the {s['runtime']} runtime, seed {s['seed']}",
         f"  messages      {s['messages']:,}" + (f" ({by_channel})" if by_channel else ""),
         f"  bytes         {s['bytes']:,}",
         f"  LLM calls     {s['llm_calls']:,} in {s['batches']:,} batches",
         f"  tokens        {s['tokens_in']:,} in / {s['tokens_out']:,} out",
-        f"  cost          ${s['cost_usd']:.4f} ({s['model']})",
+        f"  cost          ${s['cost_usd']:.4f} ({model})",
         f"  makespan      {s['virtual_time_s']:.2f} s virtual, {s['wall_s']:.3f} s wall",
         f"  peak queue    {s['peak_queue_depth']:,} messages",
     ]

@@ -24,8 +24,10 @@ from megaactors.cli.durable_common import (
     new_run_id,
     open_for,
     options_from_args,
+    preflight,
     run_id,
 )
+from megaactors.experiments.spec import RunSpec
 from megaactors.redact import redact
 from megaactors.validation import Param
 
@@ -43,7 +45,9 @@ def register(sub: Any) -> None:
         "submit",
         help="queue runs for `megaactors worker` (a sweep that survives crashes)",
         description="Queue one run, or with --grid the product of several values, for workers to claim. "
-        "Queued runs use the sim runtime; runs over the budget are refused here, before anything is queued.",
+        "Queued runs use the sim runtime; runs over the budget are refused here, before anything is queued, and "
+        "the first run of each behaviour and topology is started in memory to check that its behaviour accepts "
+        "the organisation and that its state can be checkpointed.",
         epilog=parameter_list(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -55,7 +59,7 @@ def register(sub: Any) -> None:
         action="append",
         default=[],
         metavar="NAME=V1,V2",
-        help="vary a run parameter over values (repeatable: the runs are the product)",
+        help="vary a run parameter (or behaviour.KEY) over values (repeatable: the runs are the product)",
     )
     p.add_argument("--run-id", type=run_id, help="id of the run (with --grid: the prefix of numbered ids)")
     add_param(p, MAX_ATTEMPTS, default=3)
@@ -80,16 +84,19 @@ def grid_specs(base: Any, grids: Sequence[str], option: str = "--grid") -> list[
 
     axes: dict[str, list[Any]] = {}
     for g in grids:
-        param, values = parse_assignment(g, option)
-        if param.name in axes:
-            raise CommandError(f"{option}: parameter {param.name!r} given twice")
-        axes[param.name] = values
+        name, values = parse_assignment(g, option)
+        if name in axes:
+            raise CommandError(f"{option}: parameter {name!r} given twice")
+        axes[name] = values
     count = math.prod(len(v) for v in axes.values())
     if count > MAX_GRID_RUNS:
         raise CommandError(f"{option}: the grid makes {count:,} runs; at most {MAX_GRID_RUNS:,} at once")
     specs = []
     for combo in itertools.product(*axes.values()):
-        specs.append(RunSpec.from_dict({**base.as_dict(), **dict(zip(axes, combo, strict=True))}))
+        point = {**base.as_dict(), **dict(zip(axes, combo, strict=True))}
+        if any(name.startswith("behaviour") for name in axes):  # another behaviour: its own version
+            point["behaviour_version"] = None
+        specs.append(RunSpec.from_dict(point))
     return specs
 
 
@@ -103,6 +110,11 @@ def handle(args: argparse.Namespace) -> int:
     if other:
         raise CommandError(f"queued runs use the sim runtime, not {', '.join(map(repr, other))}")
     check_budget(args, specs)
+    # the first run of each behaviour and topology is started in memory before anything is queued
+    kinds: dict[tuple[str, str, str], RunSpec] = {}
+    for s in specs:
+        kinds.setdefault((s.behaviour, json.dumps(s.behaviour_params, sort_keys=True), s.topology), s)
+    preflight(list(kinds.values()))
     if args.run_id and len(specs) > 1:
         ids = [f"{args.run_id}-{i}" for i in range(len(specs))]
     else:

@@ -7,7 +7,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from megaactors.cli.common import CommandError, add_param, parameter_list, parse_assignment, parse_list
+from megaactors.cli.common import (
+    CommandError,
+    add_behaviour_param_option,
+    add_param,
+    parameter_list,
+    parse_assignment,
+    parse_list,
+)
 from megaactors.experiments.budget import MAX_AGENTS, MAX_MESSAGES
 from megaactors.experiments.spec import PARAMETERS
 from megaactors.validation import Param
@@ -29,8 +36,13 @@ def register(sub: Any) -> None:
     )
     for param in PARAMETERS.values():
         add_param(p, param, as_list=True, old_flags=("--seeds",) if param.name == "seed" else ())
+    add_behaviour_param_option(p, as_list=True)
     p.add_argument(
-        "--param", action="append", default=[], metavar="NAME=V1,V2", help="a run parameter by name (repeatable)"
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2",
+        help="a run parameter, or behaviour.KEY for a behaviour parameter, by name (repeatable)",
     )
     p.add_argument("--out", "-o", required=True, help="output directory")
     add_param(p, WORKERS)
@@ -49,11 +61,13 @@ def grid_from_args(args: argparse.Namespace) -> dict[str, list[Any]]:
         text = getattr(args, name)
         if text is not None:
             grid[name] = parse_list(param, text)
-    for item in args.param:
-        param, values = parse_assignment(item, "--param")
-        if param.name in grid:
-            raise CommandError(f"parameter {param.name!r} is given twice")
-        grid[param.name] = values
+    items = [("--param", item) for item in args.param]
+    items += [("--behaviour-param", f"behaviour.{item}") for item in args.behaviour_param]
+    for option, item in items:
+        name, values = parse_assignment(item, option)
+        if name in grid:
+            raise CommandError(f"parameter {name!r} is given twice")
+        grid[name] = values
     return grid
 
 

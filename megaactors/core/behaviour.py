@@ -29,10 +29,12 @@ __all__ = [
     "BehaviourError",
     "Effects",
     "LLMRequest",
+    "OrganisationCheck",
     "Send",
     "ToolBehaviour",
     "ToolCall",
     "ToolResult",
+    "check_organisation",
     "uses_tools",
 ]
 
@@ -137,7 +139,8 @@ class Behaviour(Protocol):
     """Agent logic, written once and run by every runtime.
 
     Optional hooks: a behaviour that returns a :class:`ToolCall` also defines
-    ``on_tool`` (it is then a :class:`ToolBehaviour`)."""
+    ``on_tool`` (it is then a :class:`ToolBehaviour`); one that cannot run on every
+    organisation defines ``check_organisation`` (an :class:`OrganisationCheck`)."""
 
     name: str
 
@@ -169,3 +172,19 @@ class ToolBehaviour(Behaviour, Protocol):
 def uses_tools(behaviour: Behaviour) -> bool:
     """Whether ``behaviour`` has the optional ``on_tool`` hook (is a :class:`ToolBehaviour`)."""
     return callable(getattr(behaviour, "on_tool", None))
+
+
+class OrganisationCheck(Protocol):
+    """A behaviour that refuses organisations it cannot run on (e.g. without admins)."""
+
+    def check_organisation(self, org: Organisation) -> None:
+        """Raise :class:`~megaactors.errors.OrganisationError` naming why ``org`` will not do."""
+        ...
+
+
+def check_organisation(behaviour: Behaviour, org: Organisation) -> None:
+    """Let ``behaviour`` refuse ``org`` if it has the optional hook (is an
+    :class:`OrganisationCheck`); the command line calls it before anything is written."""
+    check = getattr(behaviour, "check_organisation", None)
+    if callable(check):
+        check(org)

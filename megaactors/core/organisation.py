@@ -13,22 +13,33 @@ Routing (MegaAgent §2.2.2, enforced here although the reference code does not):
 * ``hierarchy``: one is the other's parent.
 
 Ordinary agents therefore cannot reach anyone outside their group.
+
+A *graph* organisation (kind ``graph``: any communication graph, read from a file,
+generated or given as networkx, see :mod:`megaactors.core.org_graph`) routes by its
+edges instead: ``a`` may message ``b`` on a channel only along an edge ``a → b`` on
+that channel; groups, admins, boss and levels, when the graph gives them, only name
+roles.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Hashable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
+from megaactors.core.graph import CommunicationGraph
 from megaactors.core.messages import ADMIN, CHANNELS, HIERARCHY, INTRA
 from megaactors.errors import OrganisationError, RecruitError, RouteError
 
-__all__ = ["KINDS", "Organisation", "OrganisationError", "RecruitError", "RouteError"]
+if TYPE_CHECKING:
+    import networkx as nx
 
-KINDS = ("flat", "star", "two-tier", "hierarchy", "custom")
+__all__ = ["GRAPH_PREFIX", "KINDS", "Organisation", "OrganisationError", "RecruitError", "RouteError"]
+
+KINDS = ("flat", "star", "two-tier", "hierarchy", "custom", "graph")
+GRAPH_PREFIX = "graph:"
+"""A topology ``graph:PATH`` reads the organisation from a graph file."""
 
 
 def _positive(name: str, value: int, minimum: int = 1) -> int:
@@ -56,6 +67,8 @@ class Organisation:
         self.boss: int | None = None
         self.names: list[Hashable] | None = None
         """Original node names when built from a user's graph."""
+        self.graph: CommunicationGraph | None = None
+        """The edges that route a ``graph`` organisation (``None``: the rules above)."""
         self._admins: list[int] | None = None
 
     # ------------------------------------------------------------------ building
@@ -76,6 +89,11 @@ class Organisation:
             self.children.setdefault(parent, []).append(aid)
         if member_group >= 0:
             self.groups[member_group].append(aid)
+        if self.graph is not None:
+            self.graph.add_agent()
+            if parent >= 0:  # a recruit and its recruiter are linked both ways
+                self.graph.add_edge(parent, aid, HIERARCHY)
+                self.graph.add_edge(aid, parent, HIERARCHY)
         return aid
 
     def add_group(self, admin: int) -> int:
@@ -167,8 +185,63 @@ class Organisation:
         return org
 
     @classmethod
-    def build(cls, topology: str, n: int, group_size: int | None = None, fanout: int | None = None) -> Organisation:
-        """Build one of the built-in topologies by name."""
+    def generated(cls, family: str, n: int, degree: float, rewire: float = 0.0, seed: int = 0) -> Organisation:
+        """A generated graph organisation: ``small-world`` (Watts–Strogatz, ``degree``
+        neighbours, rewiring probability ``rewire``), ``scale-free`` (Barabási–Albert,
+        ``degree`` edges per new node) or ``random`` (Erdős–Rényi, mean ``degree``);
+        undirected, every edge on the intra-group channel, the same for the same seed."""
+        from megaactors.core.graph_families import generate
+
+        _positive("agents", n)
+        u, v = generate(family, n, degree, rewire, seed)
+        if len(u) == 0:
+            raise OrganisationError(f"{family}: the generated graph has no edges (raise --degree)")
+        org = cls("graph")
+        org.parent, org.level = [-1] * n, [0] * n
+        org.member_group, org.admin_group = [-1] * n, [-1] * n
+        org.graph = CommunicationGraph(n, u, v, directed=False)
+        return org
+
+    @classmethod
+    def from_networkx(cls, graph: nx.Graph, fanout: int | None = None) -> Organisation:
+        """An organisation from any networkx graph: an edge is the permission to
+        message (one way when directed); ``parent``, ``group`` and ``role`` node
+        attributes name the boss, admins and levels (see :mod:`megaactors.core.org_graph`).
+        Node names are kept in ``names`` and restored by :meth:`to_networkx`."""
+        from megaactors.core.org_graph import from_networkx
+
+        return from_networkx(graph, fanout)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Organisation:
+        """An organisation from a graph file: GraphML, GML, node-link JSON or an edge
+        list, by extension (see :mod:`megaactors.core.graph_files`)."""
+        from megaactors.core.graph_files import read_organisation
+
+        return read_organisation(path)
+
+    @classmethod
+    def build(
+        cls,
+        topology: str,
+        n: int,
+        group_size: int | None = None,
+        fanout: int | None = None,
+        *,
+        degree: float | None = None,
+        rewire: float = 0.0,
+        seed: int = 0,
+    ) -> Organisation:
+        """Build a topology by name: a built-in one, a generated graph family (which
+        takes ``degree``, ``rewire`` and ``seed``) or ``graph:PATH`` (a graph file)."""
+        from megaactors.core.graph_families import FAMILIES
+
+        if topology.startswith(GRAPH_PREFIX):
+            return cls.from_file(topology[len(GRAPH_PREFIX) :])
+        if topology in FAMILIES:
+            if degree is None:
+                raise OrganisationError(f"{topology} needs a degree")
+            return cls.generated(topology, n, degree, rewire, seed)
         if topology == "flat":
             return cls.flat(n)
         if topology == "star":
@@ -181,7 +254,10 @@ class Organisation:
             if fanout is None:
                 raise OrganisationError("hierarchy needs a fanout")
             return cls.hierarchy(n, fanout)
-        raise OrganisationError(f"unknown topology {topology!r}; expected one of flat, star, two-tier, hierarchy")
+        raise OrganisationError(
+            f"unknown topology {topology!r}; expected one of flat, star, two-tier, hierarchy, "
+            f"{', '.join(FAMILIES)} or {GRAPH_PREFIX}PATH"
+        )
 
     # ------------------------------------------------------------------ queries
 
@@ -208,6 +284,8 @@ class Organisation:
 
     def group_peers(self, a: int) -> list[int]:
         """Everyone ``a`` may reach on the intra-group channel."""
+        if self.graph is not None:
+            return self.graph.peers(a, INTRA)
         mg, ag = self.member_group[a], self.admin_group[a]
         peers = _without(self.groups[mg], a) if mg >= 0 else []
         if ag >= 0 and ag != mg:
@@ -216,12 +294,17 @@ class Organisation:
 
     def admin_peers(self, a: int) -> list[int]:
         """Everyone ``a`` may reach on the admin channel."""
+        if self.graph is not None:
+            return self.graph.peers(a, ADMIN)
         if self.admin_group[a] < 0:
             return []
         return _without(self.admins, a)
 
     def tree_neighbours(self, a: int) -> list[int]:
-        """Parent (if any) then recruits of ``a``: the hierarchy channel."""
+        """Parent (if any) then recruits of ``a``: the hierarchy channel (on a graph
+        organisation: whoever its edges let it reach on that channel)."""
+        if self.graph is not None:
+            return self.graph.peers(a, HIERARCHY)
         up = [self.parent[a]] if self.parent[a] >= 0 else []
         return up + self.children.get(a, [])
 
@@ -235,6 +318,28 @@ class Organisation:
             return self.tree_neighbours(a)
         raise OrganisationError(f"unknown channel {channel!r}; expected one of {CHANNELS}")
 
+    def contacts(self, a: int) -> list[tuple[str, list[int]]]:
+        """Everyone ``a`` may message, each once, by channel: on a graph organisation
+        its out-edges; otherwise each agent on the first of the intra-group, admin
+        and hierarchy channels that allows it. Channels with nobody are left out."""
+        if self.graph is not None:
+            return self.graph.contacts(a)
+        out = []
+        covered: set[int] = set()
+        for channel in CHANNELS:
+            peers = [b for b in self.peers(a, channel) if b not in covered]
+            if peers:
+                out.append((channel, peers))
+                covered.update(peers)
+        return out
+
+    def in_degree(self, a: int) -> int:
+        """How many agents may message ``a`` (counting each channel of a graph
+        organisation's edges): what one message from everyone who may costs it."""
+        if self.graph is not None:
+            return self.graph.in_degree(a)
+        return sum(len(peers) for _, peers in self.contacts(a))  # every other rule is symmetric
+
     def route_error(self, sender: int, recipient: int, channel: str) -> str | None:
         """Why ``sender`` may not send to ``recipient`` on ``channel``, or ``None``."""
         n = len(self.parent)
@@ -244,6 +349,17 @@ class Organisation:
             return f"unknown recipient {recipient!r}"
         if sender == recipient:
             return f"agent {sender} cannot send to itself"
+        if self.graph is not None:  # along an edge: on its channel, or one the roles allow
+            on = self.graph.channel_of(sender, recipient)
+            if on is None:
+                return f"no edge {sender} -> {recipient} in the communication graph"
+            if channel == on or self._rule_error(sender, recipient, channel) is None:
+                return None
+            return f"the edge {sender} -> {recipient} is on channel {on!r}, not {channel!r}"
+        return self._rule_error(sender, recipient, channel)
+
+    def _rule_error(self, sender: int, recipient: int, channel: str) -> str | None:
+        """Why the channel rules of groups, admins and parents forbid the send, or ``None``."""
         if channel == INTRA:
             groups = {self.member_group[sender], self.admin_group[sender]} - {-1}
             if self.member_group[recipient] in groups or self.admin_group[recipient] in groups:
@@ -284,6 +400,7 @@ class Organisation:
             "admins": sum(1 for g in self.admin_group if g >= 0),
             "levels": self.depth() + 1,
             "boss": self.boss,
+            **({"edges": self.graph.edge_count} if self.graph is not None else {}),
         }
 
     def __repr__(self) -> str:
@@ -292,6 +409,12 @@ class Organisation:
 
     def same_structure(self, other: Organisation) -> bool:
         """True if both organisations route identically."""
+        if (self.graph is None) != (other.graph is None):
+            return False
+        if self.graph is not None and other.graph is not None:
+            mine, theirs = self.graph.edges(), other.graph.edges()
+            if self.graph.n != other.graph.n or not all(map(_same_array, mine, theirs)):
+                return False
         return (
             self.member_group == other.member_group
             and self.admin_group == other.admin_group
@@ -302,161 +425,14 @@ class Organisation:
     # ------------------------------------------------------------------ networkx
 
     def to_networkx(self) -> nx.Graph:
-        """An undirected graph of who may talk to whom (see :func:`megaactors.core.org_graph.to_networkx`)."""
+        """A graph of who may talk to whom (see :func:`megaactors.core.org_graph.to_networkx`)."""
         from megaactors.core.org_graph import to_networkx
 
         return to_networkx(self)
 
-    @classmethod
-    def from_networkx(cls, graph: nx.Graph, fanout: int | None = None) -> Organisation:
-        """Build an organisation from a user's graph.
 
-        * Every node has a ``parent`` attribute (``None`` at the root): the tree it
-          describes (as :meth:`to_networkx` writes it);
-        * else every node but the boss has a ``group`` attribute: those groups, the
-          node with ``role == "admin"`` (or the first) as each group's admin and the
-          node with ``role == "boss"`` (optional) above the admins;
-        * else the graph is a tree: a hierarchy rooted at the node with
-          ``role == "boss"``, or at the graph's centre.
-
-        Node names are kept in ``names`` and restored by :meth:`to_networkx`.
-        """
-        if graph.number_of_nodes() == 0:
-            raise OrganisationError("the graph has no nodes")
-        nodes = list(graph.nodes)
-        attrs = graph.nodes
-        kind = graph.graph.get("kind", "custom")
-        if kind not in KINDS:
-            kind = "custom"
-        fanout = fanout if fanout is not None else graph.graph.get("fanout")
-        if all("parent" in attrs[v] for v in nodes):
-            org = cls._from_parents(nodes, {v: attrs[v]["parent"] for v in nodes}, kind, fanout)
-            cls._restore_groups(org, nodes, attrs)
-        elif any("group" in attrs[v] for v in nodes):
-            org = cls._from_groups(nodes, attrs)
-        else:
-            undirected = graph.to_undirected(as_view=True) if graph.is_directed() else graph
-            if not nx.is_tree(undirected):
-                raise OrganisationError(
-                    "cannot read an organisation from this graph: give every node a 'group' "
-                    "attribute, or a 'parent' attribute, or pass a tree"
-                )
-            bosses = [v for v in nodes if attrs[v].get("role") == "boss"]
-            if graph.is_directed() and not bosses:
-                bosses = [v for v in nodes if graph.in_degree(v) == 0]
-            root = bosses[0] if bosses else nx.center(undirected)[0]
-            parents: dict[Hashable, Hashable | None] = {root: None}
-            parents.update({child: par for par, child in nx.bfs_edges(undirected, root)})
-            org = cls._from_parents(nodes, parents, "hierarchy", fanout)
-        org.names = nodes
-        return org
-
-    @classmethod
-    def _from_parents(
-        cls, nodes: list[Hashable], parents: dict[Hashable, Hashable | None], kind: str, fanout: int | None
-    ) -> Organisation:
-        index = {v: i for i, v in enumerate(nodes)}
-        roots = [v for v in nodes if parents[v] is None]
-        for v in nodes:
-            p = parents[v]
-            if p is not None and p not in index:
-                raise OrganisationError(f"node {v!r} names parent {p!r}, which is not in the graph")
-        # parents before children: walk from the roots
-        order: list[Hashable] = []
-        kids: dict[Hashable, list[Hashable]] = {}
-        for v in nodes:
-            if parents[v] is not None:
-                kids.setdefault(parents[v], []).append(v)
-        stack = list(reversed(roots))
-        while stack:
-            v = stack.pop()
-            order.append(v)
-            stack.extend(reversed(kids.get(v, [])))
-        if len(order) != len(nodes):
-            raise OrganisationError("the 'parent' attributes contain a cycle")
-        org = cls(kind, fanout=None)
-        org.parent = [-1] * len(nodes)
-        org.level = [0] * len(nodes)
-        org.member_group = [-1] * len(nodes)
-        org.admin_group = [-1] * len(nodes)
-        for v in order:
-            i, p = index[v], parents[v]
-            if p is not None:
-                pi = index[p]
-                org.parent[i] = pi
-                org.level[i] = org.level[pi] + 1
-                org.children.setdefault(pi, []).append(i)
-        for i in sorted(org.children):
-            gid = len(org.groups)
-            org.groups.append([i, *org.children[i]])
-            org.admin_group[i] = gid
-            for c in org.children[i]:
-                org.member_group[c] = gid
-        if len(roots) == 1:
-            org.boss = index[roots[0]]
-        org.fanout = fanout
-        return org
-
-    @staticmethod
-    def _restore_groups(org: Organisation, nodes: list[Hashable], attrs: Any) -> None:
-        """Use explicit ``group``/``admin_of``/``role`` attributes written by :meth:`to_networkx`."""
-        if not all("group" in attrs[v] and "admin_of" in attrs[v] for v in nodes):
-            return
-        count = 1 + max(max(attrs[v]["group"], attrs[v]["admin_of"]) for v in nodes)
-        org.groups = [[] for _ in range(count)]
-        org._admins = None
-        org.member_group = [int(attrs[v]["group"]) for v in nodes]
-        org.admin_group = [int(attrs[v]["admin_of"]) for v in nodes]
-        for i in range(len(nodes)):
-            if org.admin_group[i] >= 0:
-                org.groups[org.admin_group[i]].insert(0, i)
-        for i in range(len(nodes)):
-            g = org.member_group[i]
-            if g >= 0 and org.admin_group[i] != g:
-                org.groups[g].append(i)
-        bosses = [i for i, v in enumerate(nodes) if attrs[v].get("role") == "boss"]
-        org.boss = bosses[0] if bosses else None
-
-    @classmethod
-    def _from_groups(cls, nodes: list[Hashable], attrs: Any) -> Organisation:
-        bosses = [v for v in nodes if attrs[v].get("role") == "boss"]
-        if len(bosses) > 1:
-            raise OrganisationError(f"more than one node has role 'boss': {bosses[:5]}")
-        missing = [v for v in nodes if "group" not in attrs[v] and v not in bosses]
-        if missing:
-            raise OrganisationError(f"nodes without a 'group' attribute: {missing[:5]}")
-        keys: dict[Hashable, list[Hashable]] = {}
-        for v in nodes:
-            if v not in bosses:
-                keys.setdefault(attrs[v]["group"], []).append(v)
-        index = {v: i for i, v in enumerate(nodes)}
-        org = cls("custom")
-        n = len(nodes)
-        org.parent, org.level = [-1] * n, [0] * n
-        org.member_group, org.admin_group = [-1] * n, [-1] * n
-        boss = index[bosses[0]] if bosses else None
-        org.boss = boss
-        for members in keys.values():
-            admins = [v for v in members if attrs[v].get("role") == "admin"]
-            if len(admins) > 1:
-                raise OrganisationError(f"group {attrs[members[0]]['group']!r} has {len(admins)} admins; expected one")
-            admin = index[admins[0] if admins else members[0]]
-            gid = len(org.groups)
-            ordered = [admin] + [index[v] for v in members if index[v] != admin]
-            org.groups.append(ordered)
-            org.admin_group[admin] = gid
-            for i in ordered:
-                org.member_group[i] = gid
-            if boss is not None:
-                org.parent[admin] = boss
-                org.children.setdefault(boss, []).append(admin)
-            base = 1 if boss is not None else 0
-            org.level[admin] = base
-            for i in ordered[1:]:
-                org.parent[i] = admin
-                org.level[i] = base + 1
-                org.children.setdefault(admin, []).append(i)
-        return org
+def _same_array(a: Any, b: Any) -> bool:
+    return len(a) == len(b) and bool((a == b).all())
 
 
 def _without(members: list[int], a: int) -> list[int]:

@@ -42,10 +42,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from megaactors.core.behaviour import Behaviour
+from megaactors.core.behaviour import Behaviour, check_organisation
 from megaactors.durable import spans
-from megaactors.durable.interrupts import RunInterrupted, StateEdits, check_condition, due
+from megaactors.durable.interrupts import EditRefused, RunInterrupted, StateEdits, check_condition, due
 from megaactors.durable.outbox import Outbox
+from megaactors.durable.packable import explain
 from megaactors.durable.runqueue import retry_busy
 from megaactors.durable.state import DurableSim
 from megaactors.durable.store import (
@@ -58,11 +59,20 @@ from megaactors.durable.store import (
     pack_state,
     seal_state,
 )
+from megaactors.errors import UncheckpointableError
 from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.result import RunResult
 
-__all__ = ["GENESIS_BYTES_PER_AGENT", "DurableOptions", "Progress", "fork_run", "restored", "run_durable"]
+__all__ = [
+    "GENESIS_BYTES_PER_AGENT",
+    "DurableOptions",
+    "Progress",
+    "fork_run",
+    "preflight",
+    "restored",
+    "run_durable",
+]
 
 GENESIS_BYTES_PER_AGENT = 300
 """Estimated packed size of one agent in a full snapshot: the weight of a genesis
@@ -181,7 +191,10 @@ class _Writer:
             kind = "full" if self.since_full >= self.full_ratio * self.full_bytes else "delta"
             state = rt.full() if kind == "full" else rt.delta()
         full = kind != "delta"
-        packed = pack_state(state)
+        try:
+            packed = pack_state(state)
+        except (TypeError, ValueError, OverflowError):
+            raise UncheckpointableError(explain(state)) from None
         self.progress.capture_s += time.perf_counter() - t0
         led = rt.ledger
         meta: dict[str, Any] = {
@@ -269,8 +282,8 @@ def run_durable(
     """Run ``spec`` under ``lease`` from its newest checkpoint (or from the start),
     checkpointing as it goes; return the result. ``lost`` is polled between
     super-steps (a heartbeat that lost the lease stops the run early);
-    ``behaviour``/``tools`` replace the chat round for Python callers, who must
-    pass the same ones on every resume. ``tracer`` (an OpenTelemetry tracer; by
+    ``behaviour``/``tools`` replace the spec's behaviour (and give its tools) for
+    Python callers, who must pass the same ones on every resume. ``tracer`` (an OpenTelemetry tracer; by
     default the global one, :mod:`megaactors.durable.spans`) records the run, its
     super-steps and LLM calls as spans. ``edits`` (a resumed run only) replaces agents'
     behaviour states before it goes on, written as a checkpoint of their own (with who
@@ -321,9 +334,12 @@ def _run_durable(
     def gate(agent: int, index: int, call: Any, run: Callable[[], Any]) -> Any:
         return outbox.perform(f"{run_id}/tool/{index}", "tool", {"agent": agent, "tool": call.name}, run)
 
+    org = spec.organisation()
+    behaviour = behaviour if behaviour is not None else spec.build_behaviour()
+    check_organisation(behaviour, org)
     rt = DurableSim(
-        spec.organisation(),
-        behaviour if behaviour is not None else spec.behaviour(),
+        org,
+        behaviour,
         spec.llm(),
         seed=spec.seed,
         max_concurrent_llm=spec.max_concurrent_llm,
@@ -340,7 +356,7 @@ def _run_durable(
             wall0 = time.perf_counter()
             if latest is None:
                 if edits is not None and edits.states:
-                    raise ParameterError(f"run {run_id!r} has no checkpoint yet: there is no state to edit")
+                    raise EditRefused(f"run {run_id!r} has no checkpoint yet: there is no state to edit")
                 if tracer is None:
                     rt.start()
                 else:
@@ -400,11 +416,29 @@ def _run_durable(
 def restored(store: CheckpointLog, run_id: str, step: int) -> DurableSim:
     """The simulation of ``run_id`` as it was at checkpointed super-step ``step``."""
     spec = RunSpec.from_dict(store.get_run(run_id).params)
-    rt = DurableSim(spec.organisation(), spec.behaviour(), spec.llm(), seed=spec.seed,
+    rt = DurableSim(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=spec.seed,
                     max_concurrent_llm=spec.max_concurrent_llm, serial=spec.serial, trace=spec.trace)  # fmt: skip
     chain = store.chain(run_id, step)
     rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
     return rt
+
+
+def preflight(spec: RunSpec) -> None:
+    """Start ``spec``'s run in memory and pack its state as a checkpoint would: the
+    behaviour's refusal of the organisation, and a state a checkpoint cannot store
+    (:class:`~megaactors.errors.UncheckpointableError`, naming the agent and the
+    value), show before a durable run is created."""
+    org = spec.organisation()
+    behaviour = spec.build_behaviour()
+    check_organisation(behaviour, org)
+    rt = DurableSim(org, behaviour, spec.llm(), seed=spec.seed, max_concurrent_llm=spec.max_concurrent_llm,
+                    serial=spec.serial, trace=False)  # fmt: skip
+    rt.start()
+    state = rt.full()
+    try:
+        pack_state(state)
+    except (TypeError, ValueError, OverflowError):
+        raise UncheckpointableError(explain(state)) from None
 
 
 def fork_run(

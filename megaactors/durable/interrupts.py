@@ -21,7 +21,7 @@ from typing import Any
 
 from megaactors.errors import ParameterError
 
-__all__ = ["LEDGER_TOTALS", "RunInterrupted", "StateEdits", "check_condition", "due"]
+__all__ = ["LEDGER_TOTALS", "EditRefused", "RunInterrupted", "StateEdits", "check_condition", "due"]
 
 LEDGER_TOTALS = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd")
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -40,6 +40,10 @@ class RunInterrupted(Exception):
         """The option that fired (``interrupt_at`` or ``interrupt_when``): it fires once."""
 
 
+class EditRefused(ParameterError):
+    """A human's edit the run cannot take; nothing was written."""
+
+
 @dataclass
 class StateEdits:
     """A human's edits of agents' behaviour states, made when an interrupted run resumes."""
@@ -54,13 +58,11 @@ class StateEdits:
         have the shape of the one it replaces (what the behaviour could not read)."""
         for agent, state in self.states.items():
             if not 0 <= agent < len(rt.agents):
-                raise ParameterError(f"--set-state: there is no agent {agent} (the run has {len(rt.agents)})")
+                raise EditRefused(f"--set-state: there is no agent {agent} (the run has {len(rt.agents)})")
             old = json.loads(json.dumps(rt.agents[agent].data))
             problem = _shape_problem(old, state)
             if problem:
-                raise ParameterError(
-                    f"--set-state: agent {agent}'s behaviour cannot read {json.dumps(state)}: {problem}"
-                )
+                raise EditRefused(f"--set-state: agent {agent}'s behaviour cannot read {json.dumps(state)}: {problem}")
         for agent, state in self.states.items():
             rt.agents[agent].data = json.loads(json.dumps(state))  # the agent's own copy
             rt.tracker.touched(agent)

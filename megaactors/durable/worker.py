@@ -37,6 +37,7 @@ from megaactors.durable.metrics import WorkerMetrics
 from megaactors.durable.outbox import settle_compensations
 from megaactors.durable.runqueue import DEFAULT_LEASE_S, Heartbeat, RunQueue, owner_id, retry_busy
 from megaactors.durable.store import CheckpointStore, FencingError, Lease, StoreBusyError, StoreError
+from megaactors.errors import OrganisationError, UncheckpointableError
 from megaactors.experiments.budget import Budget
 from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.redact import redact
@@ -45,6 +46,9 @@ __all__ = ["LOG_FORMATS", "execute_claimed", "log_to_stderr", "work", "work_in_p
 
 Log = Callable[[str], None]
 LOG_FORMATS = ("text", "json")
+PERMANENT = (ParameterError, OrganisationError, UncheckpointableError)
+"""Failures a run meets again on every attempt (its parameters, its organisation, a
+state a checkpoint cannot store): the run is dead-lettered at once."""
 
 
 def _stderr(line: str) -> None:
@@ -135,7 +139,7 @@ def _execute(
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log(f"worker {lease.owner}: run {lease.run_id!r} failed: {error}\n{traceback.format_exc()}")
-            return hand_back(error)
+            return hand_back(error, final=isinstance(exc, PERMANENT))
     try:
         settled = retry_busy(lambda: settle_compensations(store, run_id=lease.run_id), log=busy_log)
         if metrics is not None:

@@ -39,9 +39,12 @@ BASE_BYTES = 64 << 20
 BYTES_PER_AGENT = {"sim": 1_600, "asyncio": 6_000, "pykka": 40_000}
 """An agent's records, queues and (live runtimes) its task or thread: 1,221 bytes
 fitted over the sim runs; 2.6–4.6 KB measured on asyncio and 25 KB on pykka."""
-BYTES_PER_ROUND_MESSAGE = {"flat": 16, "two-tier": 24, "star": 24, "hierarchy": 24}
+BYTES_PER_ROUND_MESSAGE = {"flat": 16, "two-tier": 24, "star": 24, "hierarchy": 24, "graph": 48}
 """Per message of one round (in-queue references and batches): 12.2 bytes fitted,
-up to 19 in two-tier; rounds do not add up, so more rounds cost no more memory."""
+up to 19 in two-tier; rounds do not add up, so more rounds cost no more memory. On a
+graph organisation (every topology but the built-ins) each message is also an edge
+held in the adjacency arrays and listed once per send: a million-node scale-free run
+peaked at 1,780 bytes per agent with 6 messages per agent (benchmarks/graph_million.py)."""
 BYTES_PER_TRACED_CALL = 100
 """Trace rows (state transitions) per LLM call, with ``trace`` on (85 measured)."""
 MEMORY_SHARE = 0.9
@@ -63,27 +66,31 @@ MAX_MESSAGES = Param(
 class Estimate:
     """What a run will cost, before it starts."""
 
-    messages: int
-    """Closed-form messages of every round."""
+    messages: int | None
+    """Closed-form messages of every round (``None``: the behaviour has no closed form)."""
     round_messages: int
-    """Messages of one round (what in-queues may hold at once)."""
+    """Messages of one chat round (what in-queues may hold at once; for other
+    behaviours a guess that sizes memory)."""
     memory_bytes: int
     """Peak resident memory, rounded up."""
 
     def describe(self) -> str:
-        return f"{self.messages:,} messages, {format_bytes(self.memory_bytes)} of memory"
+        messages = "messages unknown" if self.messages is None else f"{self.messages:,} messages"
+        return f"{messages}, {format_bytes(self.memory_bytes)} of memory"
 
 
 def estimate(spec: RunSpec) -> Estimate:
     """The messages and peak memory of ``spec``'s run, from closed forms and the
-    measured constants above."""
-    per_round = closed_form_messages(spec.topology, spec.agents, spec.group_size, 1)
+    measured constants above. Messages are known for the chat round only; for any
+    other behaviour memory is sized as if it were one chat round."""
+    per_round = closed_form_messages(spec.topology, spec.agents, spec.group_size, 1, spec.degree)
     memory = BASE_BYTES + BYTES_PER_AGENT.get(spec.runtime, max(BYTES_PER_AGENT.values())) * spec.agents
-    memory += BYTES_PER_ROUND_MESSAGE[spec.topology] * per_round
+    memory += BYTES_PER_ROUND_MESSAGE.get(spec.topology, BYTES_PER_ROUND_MESSAGE["graph"]) * per_round
     if spec.trace:
         calls = spec.agents * (spec.rounds + 1) + per_round * spec.rounds  # at most one call per message read
         memory += BYTES_PER_TRACED_CALL * calls
-    return Estimate(per_round * spec.rounds, per_round, memory)
+    messages = per_round * spec.rounds if spec.behaviour == "chat-round" else None
+    return Estimate(messages, per_round, memory)
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,7 @@ class Budget:
         cost = estimate(spec)
         if spec.agents > self.max_agents:
             why = f"{spec.agents:,} agents exceed the budget of {self.max_agents:,} (--max-agents)"
-        elif cost.messages > self.max_messages:
+        elif cost.messages is not None and cost.messages > self.max_messages:
             why = f"an estimated {cost.messages:,} messages exceed the budget of {self.max_messages:,} (--max-messages)"
         elif cost.memory_bytes > self.memory_bytes:
             why = (
@@ -123,8 +130,15 @@ class Budget:
 
 
 def _shape(spec: RunSpec) -> str:
-    size = {"two-tier": f", G={spec.group_size:,}", "hierarchy": f", fan-out {spec.fanout}"}.get(spec.topology, "")
-    return f"{spec.topology} N={spec.agents:,}{size}, {spec.rounds:,} round(s) on {spec.runtime}"
+    size = {
+        "two-tier": f", G={spec.group_size:,}",
+        "hierarchy": f", fan-out {spec.fanout}",
+        "small-world": f", degree {spec.degree:g}",
+        "scale-free": f", degree {spec.degree:g}",
+        "random": f", mean degree {spec.degree:g}",
+    }.get(spec.topology, "")
+    what = "" if spec.behaviour == "chat-round" else f" of {spec.behaviour}"
+    return f"{spec.topology} N={spec.agents:,}{size}, {spec.rounds:,} round(s){what} on {spec.runtime}"
 
 
 def machine_memory() -> int:

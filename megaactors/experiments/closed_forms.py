@@ -1,10 +1,13 @@
 """Message counts of the chat round computed arithmetically, without building an
-organisation, and the group size that minimises them."""
+organisation (a graph file is counted, once per version of the file), and the
+group size that minimises them."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
+from megaactors.core.graph_families import FAMILIES, family_edge_count
+from megaactors.core.organisation import GRAPH_PREFIX
 from megaactors.errors import ParameterError
 
 __all__ = ["OPTIMAL", "closed_form_messages", "optimal_group_size"]
@@ -13,10 +16,18 @@ OPTIMAL = "optimal"
 """``group_size`` word meaning the closed-form cost-minimising group size."""
 
 
-def closed_form_messages(topology: str, agents: int, group_size: int = 10, rounds: int = 1) -> int:
+def closed_form_messages(topology: str, agents: int, group_size: int = 10, rounds: int = 1, degree: float = 4.0) -> int:
     """Messages of ``rounds`` chat rounds: flat ``N(N−1)``; star and hierarchy
-    ``2(N−1)``; two-tier ``Σ sᵢ(sᵢ−1) + a(a−1)``."""
+    ``2(N−1)``; two-tier ``Σ sᵢ(sᵢ−1) + a(a−1)``; a graph organisation its directed
+    edge count (``2|E|`` undirected): small-world ``N K``, scale-free ``2 M (N − M)``,
+    random ``N d`` in expectation, a graph file's own count."""
     n = agents
+    if topology.startswith(GRAPH_PREFIX):
+        from megaactors.core.graph_files import graph_counts
+
+        return rounds * graph_counts(topology[len(GRAPH_PREFIX) :]).edges
+    if topology in FAMILIES:
+        return rounds * 2 * family_edge_count(topology, n, degree)
     if topology == "flat":
         per_round = n * (n - 1)
     elif topology in ("star", "hierarchy"):

@@ -1,10 +1,14 @@
 """Result rows of a sweep: their columns, their CSV form, and reading them back.
 
 A row holds a run's parameters (blank where its topology ignores one: ``group_size``
-outside two-tier, ``fanout`` outside hierarchy), how its group size was chosen, its
-status (``ok``, ``error``, ``skipped``), its closed-form message count, its ledger
-figures and a ``detail``. Reading validates every field and names the line of
-anything malformed; a run recorded twice is kept once, with a warning.
+outside two-tier, ``fanout`` outside hierarchy, ``degree`` outside the generated
+graphs, ``rewire`` outside small-world; ``price_in``/``price_out`` are the prices
+paid, the model's list price unless overridden), the behaviour's parameters (JSON)
+and version, how its group size was chosen, its status (``ok``, ``error``,
+``skipped``), its closed-form message count (blank when the behaviour has none),
+its ledger figures and a ``detail``. Reading validates every field and names the
+line of anything malformed; a run recorded twice is kept once, with a warning.
+Rows written before a parameter existed read as its default.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from megaactors.core.graph_families import FAMILIES
+from megaactors.core.llm import PRICES
 from megaactors.core.messages import CHANNELS
-from megaactors.experiments.spec import PARAMETERS, TOPOLOGIES
+from megaactors.experiments.spec import PARAMETERS, RunSpec
 from megaactors.safe_files import open_regular
 
 if TYPE_CHECKING:
@@ -41,21 +47,27 @@ __all__ = [
 PARAMS: tuple[str, ...] = tuple(PARAMETERS)
 """Run parameters, in :class:`~megaactors.experiments.spec.RunSpec` order: the first columns of every row."""
 
-IGNORED_BY: dict[str, tuple[str, ...]] = {
-    "group_size": tuple(t for t in TOPOLOGIES if t != "two-tier"),
-    "fanout": tuple(t for t in TOPOLOGIES if t != "hierarchy"),
+USED_BY: dict[str, Any] = {
+    "group_size": lambda topology: topology == "two-tier",
+    "fanout": lambda topology: topology == "hierarchy",
+    "degree": lambda topology: topology in FAMILIES,
+    "rewire": lambda topology: topology == "small-world",
 }
-"""Parameters that topologies ignore: their cells are blank in those rows."""
+"""Parameters only some topologies use: their cells are blank in the others' rows."""
 
 STATUSES = ("ok", "error", "skipped")
 
-# column name -> kind: str, int, float, bool, int? (may be empty), json
+# column name -> kind: str, int, float, bool, int? and float? (may be empty), json (a dict or
+# list in a frame), json-text (canonical JSON text in a frame: it groups and sorts)
 _PARAM_KINDS = {
-    name: ("int?" if p.optional or name in IGNORED_BY else "int")
-    if p.kind is int
-    else {float: "float", bool: "bool"}.get(p.kind, "str")
+    name: {int: "int", float: "float", bool: "bool"}.get(p.kind, "str")
+    + ("?" if p.kind in (int, float) and (p.optional or name in USED_BY) else "")
     for name, p in PARAMETERS.items()
 }
+_PARAM_KINDS.update(behaviour_params="json-text", behaviour_version="str")
+_DEFAULTS = RunSpec().as_dict()
+ADDED_COLUMNS = ("degree", "rewire", "behaviour", "price_in", "price_out", "behaviour_params", "behaviour_version")
+"""Parameter columns that results files written before them lack: read as their defaults."""
 FIGURE_KINDS: dict[str, str] = {
     "groups": "int",
     "levels": "int",
@@ -86,7 +98,7 @@ KINDS: dict[str, str] = {
     **_PARAM_KINDS,
     "group_rule": "str",
     "status": "str",
-    "expected_messages": "int",
+    "expected_messages": "int?",
     **FIGURE_KINDS,
     "detail": "str",
 }
@@ -107,18 +119,31 @@ class DuplicateRowsWarning(UserWarning):
 
 
 def relevant_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with the parameters its topology ignores blanked (None)."""
+    """``params`` with the parameters its topology ignores blanked (None) and the
+    prices it pays filled in (the model's list price where not overridden)."""
     out = dict(params)
-    for name, topologies in IGNORED_BY.items():
-        if out.get("topology") in topologies:
+    if isinstance(out.get("behaviour_params"), str):  # as a frame holds it
+        out["behaviour_params"] = json.loads(out["behaviour_params"])
+    for name, used in USED_BY.items():
+        if not used(out.get("topology")):
             out[name] = None
+    listed = PRICES.get(out.get("model", ""))
+    if listed is not None:
+        if out.get("price_in") is None:
+            out["price_in"] = listed.input_per_m
+        if out.get("price_out") is None:
+            out["price_out"] = listed.output_per_m
     return out
 
 
+_KEY = (*PARAMS, "behaviour_params", "group_rule")
+
+
 def row_key(params: Mapping[str, Any]) -> str:
-    """What identifies a run among rows: its relevant parameters and group rule."""
+    """What identifies a run among rows: its relevant parameters, its behaviour's
+    parameters and its group rule (not the behaviour's version)."""
     relevant = relevant_params(params)
-    return json.dumps([relevant.get(name) for name in (*PARAMS, "group_rule")])
+    return json.dumps([relevant.get(name) for name in _KEY], sort_keys=True)
 
 
 def to_csv(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -128,7 +153,7 @@ def to_csv(row: Mapping[str, Any]) -> dict[str, Any]:
         value = row.get(name)
         if value is None or (isinstance(value, float) and value != value):
             out[name] = ""
-        elif KINDS[name] == "json":
+        elif KINDS[name] in ("json", "json-text"):
             out[name] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
         else:
             out[name] = value
@@ -149,7 +174,7 @@ def read_rows(f: IO[str], where: str | Path, *, newest: bool = False) -> list[di
         header = next(reader, None)
         if header is None:
             raise ResultsError(f"{where} is empty: expected a header line with columns {', '.join(COLUMNS[:4])}, …")
-        missing = [c for c in COLUMNS if c not in header]
+        missing = [c for c in COLUMNS if c not in header and c not in ADDED_COLUMNS]
         if missing:
             raise ResultsError(f"{where} line 1: not a results header; missing column(s) {', '.join(missing)}")
         if len(set(header)) != len(header):
@@ -187,6 +212,9 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
     if len(record) != len(header):
         raise ResultsError(f"{at}: {len(record)} fields, expected {len(header)} (one per header column)")
     raw = dict(zip(header, record, strict=True))
+    for name in ADDED_COLUMNS:  # a parameter newer than the file: its default
+        if name not in raw:
+            raw[name] = to_csv({name: _DEFAULTS[name]})[name]
     status = raw["status"]
     if status not in STATUSES:
         raise ResultsError(f"{at}: status {status!r} is not one of {', '.join(STATUSES)}")
@@ -194,7 +222,7 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
     for name in COLUMNS:
         text = raw[name]
         kind = KINDS[name]
-        optional = kind in ("int?", "str") or (name in FIGURE_KINDS and status != "ok") or name == "expected_messages"
+        optional = kind in ("int?", "float?", "str") or (name in FIGURE_KINDS and status != "ok")
         if text == "":
             if not optional:
                 raise ResultsError(f"{at}: column {name!r} is empty")
@@ -207,19 +235,27 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
     return relevant_params(row)  # rows of earlier versions carry ignored parameters
 
 
-_KIND_NAMES = {"int": "an integer", "int?": "an integer", "float": "a number", "bool": "True or False", "json": "JSON"}
+_KIND_NAMES = {
+    "int": "an integer",
+    "int?": "an integer",
+    "float": "a number",
+    "float?": "a number",
+    "bool": "True or False",
+    "json": "JSON",
+    "json-text": "JSON",
+}
 
 
 def _parse(text: str, kind: str) -> Any:
     if kind in ("int", "int?"):
         return int(text)
-    if kind == "float":
+    if kind in ("float", "float?"):
         return float(text)
     if kind == "bool":
         if text not in ("True", "False"):
             raise ValueError(text)
         return text == "True"
-    if kind == "json":
+    if kind in ("json", "json-text"):
         return json.loads(text)
     return text
 
@@ -233,13 +269,21 @@ def frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
         kind = KINDS[name]
         if kind in ("int", "int?"):
             df[name] = df[name].astype("Int64")
-        elif kind == "float":
+        elif kind in ("float", "float?"):
             df[name] = df[name].astype("float64")
         elif kind == "bool":
             df[name] = df[name].astype("bool")
         elif kind == "str":
             df[name] = df[name].fillna("").astype(str)
+        elif kind == "json-text":
+            df[name] = [_canonical(v) for v in df[name]]
     return df
+
+
+def _canonical(value: Any) -> str:
+    if isinstance(value, str):
+        value = json.loads(value)
+    return json.dumps(value if value is not None else {}, sort_keys=True, separators=(",", ":"))
 
 
 def load_results(path: str | Path) -> pd.DataFrame:

@@ -3,22 +3,30 @@ queue all hand to a runtime."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import os
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from megaactors.behaviours.chat_round import TEXT_BYTES, ChatRound
-from megaactors.core.llm import PRICES, LatencyModel, SimulatedLLM, TokenModel
-from megaactors.core.organisation import Organisation
-from megaactors.errors import ParameterError
+from megaactors.behaviours import registry
+from megaactors.behaviours.chat_round import TEXT_BYTES
+from megaactors.core.behaviour import check_organisation
+from megaactors.core.graph_families import FAMILIES
+from megaactors.core.llm import PRICES, LatencyModel, Price, SimulatedLLM, TokenModel
+from megaactors.core.organisation import GRAPH_PREFIX, Organisation
+from megaactors.errors import OrganisationError, ParameterError
 from megaactors.experiments.closed_forms import OPTIMAL, optimal_group_size
 from megaactors.validation import Param, declared, param
 
 if TYPE_CHECKING:
     from megaactors.runtime.result import RunResult
 
-__all__ = ["PARAMETERS", "TOPOLOGIES", "ParameterError", "RunSpec"]
+__all__ = ["BEHAVIOUR_PREFIX", "BUILT_IN_TOPOLOGIES", "PARAMETERS", "TOPOLOGIES", "ParameterError", "RunSpec"]
 
-TOPOLOGIES = ("flat", "star", "two-tier", "hierarchy")
+BUILT_IN_TOPOLOGIES = ("flat", "star", "two-tier", "hierarchy")
+TOPOLOGIES = (*BUILT_IN_TOPOLOGIES, *FAMILIES)
+"""Topologies by name; ``graph:PATH`` (a graph file) is one too."""
+BEHAVIOUR_PREFIX = "behaviour."
+"""``behaviour.NAME`` in a grid, ``--param`` or ``--set`` is the behaviour parameter NAME."""
 _MANY = 10**9
 
 
@@ -30,11 +38,19 @@ def _runtimes() -> list[str]:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """Every parameter of one chat-round run, each declared once with its range, unit
-    and help (:func:`~megaactors.validation.param`): the command line, sweeps, the
-    run queue and forks all read these declarations."""
+    """Every parameter of one run, each declared once with its range, unit and help
+    (:func:`~megaactors.validation.param`): the command line, sweeps, the run queue
+    and forks all read these declarations. The behaviour's own parameters ride in
+    ``behaviour_params`` (``behaviour.NAME`` in grids and ``NAME=VALUE`` options)."""
 
-    topology: str = param("two-tier", "organisation", choices=lambda: TOPOLOGIES, noun="topology")
+    topology: str = param(
+        "two-tier",
+        f"organisation: a built-in one, a generated graph, or {GRAPH_PREFIX}PATH (GraphML, GML, node-link JSON or an "
+        "edge list; --agents then comes from the file)",
+        choices=lambda: TOPOLOGIES,
+        prefixes=(GRAPH_PREFIX,),
+        noun="topology",
+    )
     agents: int = param(100, "number of agents N", minimum=1, maximum=_MANY, short="-n")
     group_size: int = param(10, "two-tier group size G", minimum=1, maximum=_MANY, short="-g", words=(OPTIMAL,))
     fanout: int = param(5, "hierarchy fan-out", minimum=2, maximum=_MANY, short="-k")
@@ -52,6 +68,28 @@ class RunSpec:
     per_output_token_s: float = param(0.02, "LLM latency per output token", unit="s", minimum=0, maximum=60)
     output_tokens: int = param(60, "tokens per LLM reply", unit="tokens", minimum=0, maximum=10**6)
     trace: bool = param(False, "record every state transition (memory grows with the run)")
+    degree: float = param(
+        4.0,
+        "generated graphs: small-world neighbours K (even), scale-free edges per new node M, random mean degree",
+        minimum=0,
+        above_minimum=True,
+        maximum=_MANY,
+    )
+    rewire: float = param(0.1, "small-world: probability of rewiring each edge", minimum=0, maximum=1)
+    behaviour: str = param(
+        "chat-round", "agent logic: a registered name (megaactors behaviours) or package.module:Class", noun="behaviour"
+    )
+    price_in: float | None = param(
+        None, "input price (default: the model's list price)", unit="$ per M tokens", minimum=0, maximum=1e6
+    )
+    price_out: float | None = param(
+        None, "output price (default: the model's list price)", unit="$ per M tokens", minimum=0, maximum=1e6
+    )
+    behaviour_params: dict[str, Any] = field(default_factory=dict, hash=False)
+    """The behaviour's constructor arguments (plain JSON data), by name."""
+    behaviour_version: str | None = field(default=None, compare=False)
+    """The behaviour's version when the run was made (:mod:`~megaactors.behaviours.registry`);
+    a spec with another version than the installed one is refused."""
 
     def __post_init__(self) -> None:
         for name, declaration in PARAMETERS.items():
@@ -61,15 +99,42 @@ class RunSpec:
             checked = declaration.check(value)
             if checked is not value:
                 object.__setattr__(self, name, checked)
+        if not isinstance(self.behaviour_params, dict):
+            raise ParameterError(f"behaviour_params must be a dict of NAME: VALUE, got {self.behaviour_params!r}")
+        shared = sorted(set(self.behaviour_params) & set(PARAMETERS))
+        if shared:
+            raise ParameterError(
+                f"behaviour parameter(s) {', '.join(shared)} are run parameters: set them as such "
+                "(RunSpec.from_dict moves them)"
+            )
+        params = registry.check_jsonable(self.behaviour, self.behaviour_params)
+        object.__setattr__(self, "behaviour_params", params)
+        info = registry.resolve(self.behaviour)
+        if self.behaviour_version is not None and self.behaviour_version != info.version:
+            raise ParameterError(
+                f"behaviour {self.behaviour!r} is version {info.version} here, but the run was made with version "
+                f"{self.behaviour_version}: run it where that version is installed, or start a new run"
+            )
+        self.build_behaviour()  # refuses unknown or impossible behaviour parameters now, not mid-run
 
     @classmethod
     def from_dict(cls, params: dict[str, Any]) -> RunSpec:
         """A spec from a mapping (a stored run, a grid point, parsed options);
         unknown names are an error and ``group_size="optimal"`` becomes the
-        cost-minimising size for ``agents`` (the default size outside two-tier)."""
-        unknown = sorted(set(params) - set(PARAMETERS))
+        cost-minimising size for ``agents`` (the default size outside two-tier).
+        ``behaviour.NAME`` keys are behaviour parameters; a ``graph:PATH`` topology
+        gets its absolute path and the file's agent count; the installed behaviour's
+        version is recorded unless the mapping names one (a stored run)."""
+        params = _lift_behaviour_params(params)
+        unknown = sorted(set(params) - set(PARAMETERS) - _EXTRA_FIELDS)
         if unknown:
             raise ParameterError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(PARAMETERS))}")
+        topology = params.get("topology", cls.topology)
+        if isinstance(topology, str) and topology.startswith(GRAPH_PREFIX) and len(topology) > len(GRAPH_PREFIX):
+            params = {**params, **_graph_file(topology)}
+        if params.get("behaviour_version") is None:
+            name = params.get("behaviour", cls.behaviour)
+            params = {**params, "behaviour_version": registry.resolve(name).version if isinstance(name, str) else None}
         if params.get("group_size") == OPTIMAL:
             topology = params.get("topology", cls.topology)
             agents = PARAMETERS["agents"].check(params.get("agents", cls.agents))
@@ -87,10 +152,29 @@ class RunSpec:
             declaration.check(getattr(self, name))
 
     def organisation(self) -> Organisation:
-        return Organisation.build(self.topology, self.agents, self.group_size, self.fanout)
+        return Organisation.build(
+            self.topology,
+            self.agents,
+            self.group_size,
+            self.fanout,
+            degree=self.degree,
+            rewire=self.rewire,
+            seed=self.seed,
+        )
 
-    def behaviour(self) -> ChatRound:
-        return ChatRound(rounds=self.rounds, message_bytes=self.message_bytes, output_tokens=self.output_tokens)
+    def build_behaviour(self) -> Any:
+        """The run's behaviour, built from its name, its parameters and the run
+        parameters its constructor names."""
+        run_parameters = {name: getattr(self, name) for name in PARAMETERS}
+        return registry.build(self.behaviour, self.behaviour_params, run_parameters)
+
+    def prices(self) -> Price:
+        """The prices the run pays: the model's list price unless overridden."""
+        listed = PRICES[self.model]
+        return Price(
+            listed.input_per_m if self.price_in is None else self.price_in,
+            listed.output_per_m if self.price_out is None else self.price_out,
+        )
 
     def llm(self) -> SimulatedLLM:
         return SimulatedLLM(
@@ -98,6 +182,7 @@ class RunSpec:
             model=self.model,
             latency=LatencyModel(self.latency_median_s, self.latency_sigma, self.per_output_token_s),
             tokens=TokenModel(output_tokens=self.output_tokens),
+            prices={**PRICES, self.model: self.prices()},
         )
 
     def build(self, **runtime_options: Any) -> Any:
@@ -106,9 +191,12 @@ class RunSpec:
         ``runtime_options`` go to the runtime."""
         from megaactors.runtime import RUNTIMES
 
+        org = self.organisation()
+        behaviour = self.build_behaviour()
+        check_organisation(behaviour, org)
         return RUNTIMES[self.runtime](
-            self.organisation(),
-            self.behaviour(),
+            org,
+            behaviour,
             self.llm(),
             seed=self.seed,
             max_concurrent_llm=self.max_concurrent_llm,
@@ -126,16 +214,54 @@ class RunSpec:
 
     def result_params(self) -> dict[str, Any]:
         """The parameters a run's summary reports beside its ledger figures."""
+        prices = self.prices()
         return {
             "topology": self.topology,
             "group_size": self.group_size,
             "fanout": self.fanout,
+            "degree": self.degree,
+            "rewire": self.rewire,
             "rounds": self.rounds,
             "seed": self.seed,
             "model": self.model,
+            "price_in": prices.input_per_m,
+            "price_out": prices.output_per_m,
             "serial": self.serial,
+            "behaviour": self.behaviour,
+            "behaviour_params": dict(self.behaviour_params),
+            "behaviour_version": self.behaviour_version or registry.resolve(self.behaviour).version,
         }
 
 
 PARAMETERS: dict[str, Param] = declared(RunSpec)
 """The declaration of every run parameter, by name, in field order."""
+_EXTRA_FIELDS = {"behaviour_params", "behaviour_version"}
+
+
+def _lift_behaviour_params(params: dict[str, Any]) -> dict[str, Any]:
+    """``behaviour.NAME`` keys into ``behaviour_params``; behaviour parameters named
+    like run parameters become those run parameters."""
+    dotted = {k[len(BEHAVIOUR_PREFIX) :]: v for k, v in params.items() if k.startswith(BEHAVIOUR_PREFIX)}
+    given = params.get("behaviour_params") or {}
+    if not isinstance(given, dict):
+        raise ParameterError(f"behaviour_params must be a dict of NAME: VALUE, got {given!r}")
+    if not dotted and not set(given) & set(PARAMETERS):
+        return params
+    out = {k: v for k, v in params.items() if not k.startswith(BEHAVIOUR_PREFIX)}
+    merged = {**given, **dotted}
+    for name in [k for k in merged if k in PARAMETERS]:
+        out[name] = merged.pop(name)
+    out["behaviour_params"] = merged
+    return out
+
+
+def _graph_file(topology: str) -> dict[str, Any]:
+    """A graph file's absolute path and agent count, for a ``graph:PATH`` topology."""
+    from megaactors.core.graph_files import graph_counts
+
+    path = os.path.abspath(os.path.expanduser(topology[len(GRAPH_PREFIX) :]))
+    try:
+        counts = graph_counts(path)
+    except OrganisationError as exc:
+        raise ParameterError(f"topology {topology}: {exc}") from None
+    return {"topology": GRAPH_PREFIX + path, "agents": counts.agents}

@@ -1,10 +1,12 @@
 """Parameter sweeps: a grid of run parameters → one result row per run → CSV and DataFrame.
 
-A *grid* maps :class:`~megaactors.experiments.spec.RunSpec` parameter names to lists of values
-(a single value stands for a one-element list); a list of grids is their union. Every
+A *grid* maps :class:`~megaactors.experiments.spec.RunSpec` parameter names, and
+``behaviour.NAME`` for a behaviour's own parameters, to lists of values (a single
+value stands for a one-element list); a list of grids is their union. Every
 combination becomes one run; parameters a topology ignores (``group_size`` outside
-two-tier, ``fanout`` outside hierarchy) do not make distinct runs and are blank in its
-row. ``group_size`` may also be ``"optimal"``: the group size that minimises the
+two-tier, ``fanout`` outside hierarchy, ``degree`` and ``rewire`` outside the
+generated graphs) do not make distinct runs and are blank in its row.
+``group_size`` may also be ``"optimal"``: the group size that minimises the
 closed-form message count ``Σ sᵢ(sᵢ−1) + a(a−1)`` for that N.
 
 Runs execute in worker processes (default: one per core), which end with the sweep's
@@ -45,6 +47,7 @@ from megaactors.experiments.result_rows import (
     COLUMNS,
     FIGURE_KINDS,
     PARAMS,
+    USED_BY,
     ResultsError,
     SweepError,
     frame,
@@ -52,7 +55,7 @@ from megaactors.experiments.result_rows import (
     relevant_params,
     row_key,
 )
-from megaactors.experiments.spec import PARAMETERS, ParameterError, RunSpec
+from megaactors.experiments.spec import BEHAVIOUR_PREFIX, PARAMETERS, ParameterError, RunSpec
 from megaactors.experiments.sweep_dir import SweepDirectory
 
 if TYPE_CHECKING:
@@ -89,7 +92,8 @@ class PlannedRun:
     spec: RunSpec
     group_rule: str
     """``fixed`` or ``optimal`` for two-tier, empty otherwise."""
-    expected_messages: int
+    expected_messages: int | None
+    """``None`` when the behaviour has no closed form."""
     skip_reason: str = ""
 
     @property
@@ -107,7 +111,8 @@ class PlannedRun:
 
     def estimated_cost(self) -> float:
         """Rough run time in µs: message deliveries plus LLM calls."""
-        return 0.3 * self.expected_messages + 10.0 * 3 * self.spec.agents * max(self.spec.rounds, 1)
+        messages = self.expected_messages if self.expected_messages is not None else 10 * self.spec.agents
+        return 0.3 * messages + 10.0 * 3 * self.spec.agents * max(self.spec.rounds, 1)
 
 
 def normalise_grid(grid: GridLike) -> list[dict[str, list[Any]]]:
@@ -120,7 +125,7 @@ def normalise_grid(grid: GridLike) -> list[dict[str, list[Any]]]:
     for g in grids:
         if not isinstance(g, Mapping):
             raise SweepError(f"a grid maps parameter names to lists of values, got {type(g).__name__}")
-        unknown = sorted(set(g) - set(PARAMETERS))
+        unknown = sorted(k for k in g if k not in PARAMETERS and not _behaviour_key(k))
         if unknown:
             raise ParameterError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(PARAMETERS))}")
         norm: dict[str, list[Any]] = {}
@@ -131,6 +136,11 @@ def normalise_grid(grid: GridLike) -> list[dict[str, list[Any]]]:
             norm[name] = values
         out.append(norm)
     return out
+
+
+def _behaviour_key(name: Any) -> bool:
+    """True for ``behaviour.NAME``, a behaviour parameter's grid key."""
+    return isinstance(name, str) and name.startswith(BEHAVIOUR_PREFIX) and name[len(BEHAVIOUR_PREFIX) :].isidentifier()
 
 
 def _plain(value: Any) -> Any:
@@ -163,13 +173,10 @@ def _planned(given: dict[str, Any], budget: Budget) -> PlannedRun:
     topology, group_size = params["topology"], params["group_size"]
     if isinstance(group_size, str) and group_size != OPTIMAL:
         raise ParameterError(f"group_size must be an integer or {OPTIMAL!r}, got {group_size!r}")
-    rule = ""
-    if topology == "two-tier":
-        rule = OPTIMAL if group_size == OPTIMAL else "fixed"
-    else:
-        params["group_size"] = _DEFAULTS.group_size
-    if topology != "hierarchy":
-        params["fanout"] = _DEFAULTS.fanout
+    rule = (OPTIMAL if group_size == OPTIMAL else "fixed") if topology == "two-tier" else ""
+    for name, used in USED_BY.items():  # what the topology ignores makes no distinct run
+        if not used(topology):
+            params[name] = getattr(_DEFAULTS, name)
     spec = RunSpec.from_dict(params)
     refusal = budget.refusal(spec)
     return PlannedRun(spec, rule, estimate(spec).messages, f"not run: {refusal}" if refusal else "")

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from megaactors.experiments.result_rows import COLUMNS, SweepError, read_rows, row_key, to_csv
+from megaactors.experiments.result_rows import ADDED_COLUMNS, COLUMNS, SweepError, read_rows, row_key, to_csv
 from megaactors.safe_files import Directory, LockHeldError
 
 __all__ = ["SweepDirectory"]
@@ -99,7 +99,8 @@ class SweepDirectory:
             self.dir.drop_torn_line(RESULTS)
             with self.dir.open_text(RESULTS) as f:
                 header = next(csv.reader(f), None)
-            if header is not None and tuple(header) != COLUMNS:
+            older = header is not None and set(header) <= set(COLUMNS) and set(COLUMNS) - set(header) <= ADDED
+            if header is not None and tuple(header) != COLUMNS and not older:  # an older file is rewritten below
                 raise SweepError(
                     f"{self.csv} has other columns than this version writes; choose another output directory"
                 )
@@ -146,6 +147,10 @@ class SweepDirectory:
         writer.writeheader()
         writer.writerows(to_csv(r) for r in rows)
         self.dir.replace(RESULTS, text.getvalue())
+
+
+ADDED = set(ADDED_COLUMNS)
+"""Columns a results file of an earlier version may lack (its rows read as their defaults)."""
 
 
 def _holder() -> str:

@@ -22,7 +22,7 @@ from megaactors.core.llm import PRICES
 from megaactors.errors import ParameterError
 from megaactors.experiments.collector import CollectorError, DataCollector
 from megaactors.experiments.plots.cost import cost_figure
-from megaactors.experiments.spec import PARAMETERS, TOPOLOGIES, RunSpec
+from megaactors.experiments.spec import BUILT_IN_TOPOLOGIES, PARAMETERS, TOPOLOGIES, RunSpec
 from megaactors.explore.views import png, series_figure, state_figure
 from megaactors.runtime.sim import SimRuntime
 
@@ -289,8 +289,9 @@ class Explorer:
             self._fail("cost curves are drawn for the chat round; choose it as the behaviour")
             return None
         agents = sorted({n for n in CURVE_AGENTS if n < spec.agents} | {spec.agents})
-        base = {k: [v] for k, v in replace(spec, topology="flat", trace=False).as_dict().items()}
-        grid = [{**base, "topology": [t], "agents": agents} for t in TOPOLOGIES]
+        flat = replace(spec, topology="flat", trace=False)
+        base = {k: [getattr(flat, k)] for k in PARAMETERS}
+        grid = [{**base, "topology": [t], "agents": agents} for t in BUILT_IN_TOPOLOGIES]
         self.rows = run_sweep(grid, None, workers=0, max_messages=self.max_messages, progress=False)
         fig = Figure(figsize=(12, 4.6), layout="constrained")
         for ax, metric in zip(fig.subplots(1, 2), ("messages", "dollars"), strict=True):

@@ -27,7 +27,10 @@ _copy_bytes = attrgetter("copy_bytes")
 def is_broadcast(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> bool:
     """True if ``recipients`` is exactly ``org.peers(sender, channel)`` (same order) on
     the intra-group or admin channel: a broadcast to the sender's whole group(s) or
-    to every other admin. One comparison at C speed, no per-recipient lookup."""
+    to every other admin. One comparison at C speed, no per-recipient lookup. Never
+    on a graph organisation, whose edges are not whole groups."""
+    if org.graph is not None:
+        return False
     if type(recipients) is not list or not recipients or type(sender) is not int or not 0 <= sender < org.n:
         return False
     count = len(recipients)
@@ -48,6 +51,10 @@ def check_routes(org: Organisation, sender: int, recipients: Sequence[int], chan
     """Raise :class:`RouteError` unless ``sender`` may reach every recipient on
     ``channel`` (vectorised for the common cases; the organisation's own check names
     the culprit otherwise). Return :func:`is_broadcast` of the send."""
+    if org.graph is not None:  # the usual send goes to every edge on the channel
+        if not recipients or recipients != org.graph.peers(sender, channel):
+            _check_each(org, sender, recipients, channel)
+        return False
     if is_broadcast(org, sender, recipients, channel):
         return True
     try:
@@ -75,12 +82,31 @@ def check_routes(org: Organisation, sender: int, recipients: Sequence[int], chan
     except TypeError as exc:
         raise RouteError(f"agent {sender}: recipients must be agent ids, got {list(recipients)[:5]!r}") from exc
     if not ok:
-        if not recipients:
-            raise RouteError(f"agent {sender} sent on channel {channel!r} to no recipient")
-        for r in recipients:
-            org.check_route(sender, r, channel)
-        raise RouteError(f"disallowed route from agent {sender} on channel {channel!r}")
+        _explain(org, sender, recipients, channel)
     return False
+
+
+def _explain(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> None:
+    """Raise the :class:`RouteError` that names the first recipient ``sender`` may not reach."""
+    _check_each(org, sender, recipients, channel)
+    raise RouteError(f"disallowed route from agent {sender} on channel {channel!r}")
+
+
+def _check_each(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> None:
+    """Raise :class:`RouteError` for the first recipient ``sender`` may not reach (or
+    repeats, or for none at all)."""
+    if not recipients:
+        raise RouteError(f"agent {sender} sent on channel {channel!r} to no recipient")
+    if len(recipients) > 1:
+        try:
+            distinct = len(set(recipients)) == len(recipients)
+        except TypeError as exc:
+            raise RouteError(f"agent {sender}: recipients must be agent ids, got {list(recipients)[:5]!r}") from exc
+        if not distinct:
+            dup = next(r for i, r in enumerate(recipients) if r in recipients[:i])
+            raise RouteError(f"agent {sender} lists recipient {dup} twice in one send on channel {channel!r}")
+    for r in recipients:
+        org.check_route(sender, r, channel)
 
 
 def _uniform_id_parts(recipients: Sequence[int], first_id: int) -> list[Sequence[int]]:

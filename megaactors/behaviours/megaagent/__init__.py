@@ -8,9 +8,8 @@ from megaactors.behaviours.megaagent.agent import (
     MegaAgent,
     RetryLimitError,
     new_state,
-    stage_windows,
-    total_retries,
 )
+from megaactors.behaviours.megaagent.measures import stage_windows, total_retries
 from megaactors.behaviours.megaagent.plan import (
     MERGING,
     PLANNING,

@@ -43,7 +43,6 @@ from typing import Any
 from megaactors.behaviours.megaagent.plan import (
     MERGING,
     PLANNING,
-    STAGES,
     TASK_SOLVING,
     Monitoring,
     OuterLoop,
@@ -56,6 +55,7 @@ from megaactors.core.behaviour import AgentContext, Effects, LLMRequest, Send, T
 from megaactors.core.llm import LLMReply, stream_uniform
 from megaactors.core.messages import ADMIN, HIERARCHY, INTRA, Batch
 from megaactors.core.organisation import Organisation
+from megaactors.errors import OrganisationError
 
 __all__ = [
     "GIT_LOCK",
@@ -64,8 +64,6 @@ __all__ = [
     "MegaAgent",
     "RetryLimitError",
     "new_state",
-    "stage_windows",
-    "total_retries",
 ]
 
 GIT_LOCK = "git"
@@ -155,14 +153,17 @@ class MegaAgent:
         return new_state()
 
     def on_start(self, ctx: AgentContext, state: dict[str, Any]) -> Effects | None:
-        org = ctx.org
-        if org.n != 1 or org.boss != ctx.agent:
-            raise ValueError(
+        self.check_organisation(ctx.org)
+        state["size"] = self.plan.agents
+        return self._begin(state, 0)
+
+    def check_organisation(self, org: Organisation) -> None:
+        """Refuse an organisation this mechanism cannot run on: it recruits its own."""
+        if org.n != 1 or org.boss is None:
+            raise OrganisationError(
                 f"MegaAgent starts from a lone boss and recruits everyone else; got {org!r} "
                 "(use Organisation.hierarchy(1, fanout))"
             )
-        state["size"] = self.plan.agents
-        return self._begin(state, 0)
 
     def on_batch(self, ctx: AgentContext, state: dict[str, Any], batch: Batch) -> Effects:
         read = -(-batch.nbytes() // self.bytes_per_token)
@@ -237,8 +238,8 @@ class MegaAgent:
             if state["left"]:
                 return Effects(tool=ToolCall("write_plan", self.work.git_s, self._git, stage=PLANNING))
             state["phase"] = _RECRUIT
-            sizes = self.plan.split(state["size"], state["level"])
-            return Effects(recruits=len(sizes), tool=ToolCall("add_agents", self.work.git_s, self._git, stage=PLANNING))
+            recruits = len(self.plan.split(state["size"], state["level"])) if self.recruits else 0
+            return Effects(recruits=recruits, tool=ToolCall("add_agents", self.work.git_s, self._git, stage=PLANNING))
         if phase == _REVIEW:
             return self._reviewed(ctx, state)
         if phase == _MERGE:
@@ -293,7 +294,7 @@ class MegaAgent:
             return self._next_round(ctx, state)
         if phase == _PROOF:
             return self._call(state, _PROOF, MERGING, 0)
-        if ctx.org.parent[ctx.agent] < 0 and self.outer_loop.enabled:  # the boss's merge is committed
+        if self.manager(ctx.org, ctx.agent) < 0 and self.outer_loop.enabled:  # the boss's merge is committed
             return self._loop_poll(ctx, state)
         return self._deliver(ctx, state)  # _MERGE: the merged result is committed
 
@@ -314,18 +315,49 @@ class MegaAgent:
 
     def _hand_out(self, ctx: AgentContext, state: dict[str, Any]) -> Effects:
         """The recruits exist: give each its share of the subtask."""
-        children = list(ctx.recruited)
-        sizes = self.plan.split(state["size"], state["level"])
+        children, sizes = self.team(ctx, state)
         state["children"] = children
         state["phase"] = 0
         level = state["level"] + 1
-        k = len(children)
+        a, org = ctx.agent, ctx.org
         return Effects(
             sends=[
-                Send((c,), HIERARCHY, "task", [s, level, children[(i + 1) % k] if k > 1 else -1, _TASK_TEXT])
+                Send((c,), self.channel(org, a, c), "task", [s, level, self.sibling(org, children, i), _TASK_TEXT])
                 for i, (c, s) in enumerate(zip(children, sizes, strict=True))
             ]
         )
+
+    # ------------------------------------------------------------------ who works with whom
+
+    recruits = True
+    """Recruit the team at run time (:meth:`team` is who was recruited)."""
+
+    def team(self, ctx: AgentContext, state: dict[str, Any]) -> tuple[list[int], list[int]]:
+        """The agents this admin hands subtasks to, and each one's subtree size."""
+        return list(ctx.recruited), self.plan.split(state["size"], state["level"])
+
+    def manager(self, org: Organisation, a: int) -> int:
+        """Whom ``a`` reports to (-1: nobody)."""
+        return org.parent[a]
+
+    def channel(self, org: Organisation, a: int, b: int) -> str:
+        """The channel ``a`` uses for tasks, deliveries and reviews with ``b``."""
+        return HIERARCHY
+
+    def sibling(self, org: Organisation, team: list[int], i: int) -> int:
+        """Whom ``team[i]`` shares its note with (-1: nobody)."""
+        k = len(team)
+        return team[(i + 1) % k] if k > 1 else -1
+
+    def note_channel(self, org: Organisation, a: int, b: int) -> str:
+        return ADMIN if org.admin_group[a] >= 0 and org.admin_group[b] >= 0 else INTRA
+
+    def _to(self, org: Organisation, a: int, recipients: list[int], kind: str, payload: Any) -> list[Send]:
+        """One send per channel ``a`` reaches ``recipients`` on, in their order."""
+        by_channel: dict[str, list[int]] = {}
+        for b in recipients:
+            by_channel.setdefault(self.channel(org, a, b), []).append(b)
+        return [Send(bs, ch, kind, payload) for ch, bs in by_channel.items()]
 
     def _reviewed(self, ctx: AgentContext, state: dict[str, Any]) -> Effects:
         """The review call is back: accept or reject each delivery it covered."""
@@ -342,9 +374,9 @@ class MegaAgent:
         state["review"] = []
         sends = []
         if rejected:
-            sends.append(Send(rejected, HIERARCHY, "retry", _RETRY_TEXT))
+            sends += self._to(ctx.org, a, rejected, "retry", _RETRY_TEXT)
         if proceed:
-            sends.append(Send(proceed, HIERARCHY, "continue", _CONTINUE_TEXT))
+            sends += self._to(ctx.org, a, proceed, "continue", _CONTINUE_TEXT)
         if state["accepted"] == len(state["children"]):
             state["phase"] = _MERGE
             t = self.tokens.merging
@@ -357,17 +389,17 @@ class MegaAgent:
         once, a note to the next sibling)."""
         org, a = ctx.org, ctx.agent
         state["phase"] = 0
-        parent = org.parent[a]
+        parent = self.manager(org, a)
         if parent < 0:
             return Effects()
+        up = self.channel(org, a, parent)
         if not state["children"] and state["part"] + 1 < len(self._part_calls):
-            return Effects(sends=[Send((parent,), HIERARCHY, "progress", _RESULT_TEXT)])
-        sends = [Send((parent,), HIERARCHY, "result", _RESULT_TEXT)]
+            return Effects(sends=[Send((parent,), up, "progress", _RESULT_TEXT)])
+        sends = [Send((parent,), up, "result", _RESULT_TEXT)]
         nxt = state["next"]
         if self.work.notes and nxt >= 0 and not state["noted"]:
             state["noted"] = True
-            channel = ADMIN if org.admin_group[a] >= 0 and org.admin_group[nxt] >= 0 else INTRA
-            sends.append(Send((nxt,), channel, "note", _NOTE_TEXT))
+            sends.append(Send((nxt,), self.note_channel(org, a, nxt), "note", _NOTE_TEXT))
         return Effects(sends=sends)
 
     # ------------------------------------------------------------------ optional mechanisms
@@ -422,7 +454,7 @@ class MegaAgent:
         state["waiting"] = len(children)
         if self._draw(state, ctx.agent) < self.outer_loop.stale_todo[r - 1]:
             state["todo"] = _TODO_OWED
-        return [Send(children, HIERARCHY, "round", [r])] if children else []
+        return self._to(ctx.org, ctx.agent, children, "round", [r]) if children else []
 
     def _remind(self, state: dict[str, Any], read: int) -> Effects:
         state["todo"] = _TODO_RUNNING
@@ -437,10 +469,10 @@ class MegaAgent:
             return None
         state["reported"] = r
         state["phase"] = 0
-        parent = ctx.org.parent[ctx.agent]
+        parent = self.manager(ctx.org, ctx.agent)
         if parent < 0:
             return self._loop_poll(ctx, state)
-        return Effects(sends=[Send((parent,), HIERARCHY, "round_done", [r])])
+        return Effects(sends=[Send((parent,), self.channel(ctx.org, ctx.agent, parent), "round_done", [r])])
 
     # ------------------------------------------------------------------ monitoring
 
@@ -460,22 +492,3 @@ class MegaAgent:
                 f"{role} {ctx.agent} (level {state['level']}) failed validation {state['retries']} times "
                 f"({why}): retry cap of {cap} reached"
             )
-
-
-def stage_windows(states: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """First start and last end of each stage's LLM calls over all agents."""
-    out: dict[str, list[float]] = {}
-    for s in states:
-        for stage, (start, end) in s["windows"].items():
-            w = out.get(stage)
-            if w is None:
-                out[stage] = [start, end]
-            else:
-                w[0] = min(w[0], start)
-                w[1] = max(w[1], end)
-    return {k: out[k] for k in STAGES if k in out}
-
-
-def total_retries(states: list[dict[str, Any]]) -> int:
-    """Retries over all agents (checklist failures and rejected results)."""
-    return sum(s["retries"] for s in states)
