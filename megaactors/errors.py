@@ -22,6 +22,7 @@ __all__ = [
     "RouteError",
     "RunExistsError",
     "StateError",
+    "StoreBusyError",
     "StoreError",
     "TransitionError",
     "UncheckpointableError",
@@ -85,6 +86,10 @@ class StateError(ValueError):
 
 class StoreError(Exception):
     """A durable-store problem, described in one line."""
+
+
+class StoreBusyError(StoreError):
+    """The database is busy or out of reach for now (locked, restarting): worth trying again."""
 
 
 class CorruptStoreError(StoreError):

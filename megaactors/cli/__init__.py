@@ -85,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     internal error)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if os.environ.get("OTEL_TRACES_EXPORTER"):  # spans of durable runs, exported as the standard variables say
+        from megaactors.durable.spans import configure_from_env
+
+        configure_from_env()
     with _warnings_as_lines():
         try:
             code = int(args.handler(args) or 0)

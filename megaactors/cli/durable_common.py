@@ -45,6 +45,14 @@ STEP_SECONDS = Param(
     maximum=86_400,
 )
 RUN_ID = Param("run_id", str, "id of the run")
+INTERRUPT_AT = Param(
+    "interrupt_at",
+    float,
+    "stop for a human once the run reaches this virtual time (status interrupted; inspect shows it, resume continues)",
+    unit="s",
+    minimum=0,
+    maximum=1e12,
+)
 _RUN_ID_CHARS = 200
 
 
@@ -93,6 +101,12 @@ def add_durable_options(parser: argparse.ArgumentParser, *, with_store: bool) ->
     add_param(parser, CHECKPOINT_EVERY, default=1)
     add_param(parser, STEP_SECONDS, default=1.0)
     parser.add_argument("--bill", metavar="URL", help="charge every LLM call to this billing service (outbox)")
+    add_param(parser, INTERRUPT_AT)
+    parser.add_argument(
+        "--interrupt-when",
+        metavar="COND",
+        help="stop for a human once the ledger meets COND, e.g. cost_usd>0.5 (status interrupted; resume continues)",
+    )
     add_lease_option(parser)
     add_budget_options(parser)
 
@@ -109,7 +123,13 @@ def run_id(text: str) -> str:
 def options_from_args(args: argparse.Namespace) -> Any:
     from megaactors.durable import DurableOptions
 
-    return DurableOptions(checkpoint_every=args.checkpoint_every, step_s=args.step_seconds, billing_url=args.bill)
+    return DurableOptions(
+        checkpoint_every=args.checkpoint_every,
+        step_s=args.step_seconds,
+        billing_url=args.bill,
+        interrupt_at=getattr(args, "interrupt_at", None),
+        interrupt_when=getattr(args, "interrupt_when", None),
+    )
 
 
 def open_for(target: str, *, create: bool = False, readonly: bool = False) -> Any:
@@ -119,19 +139,32 @@ def open_for(target: str, *, create: bool = False, readonly: bool = False) -> An
     return open_store(target, create=create, readonly=readonly)
 
 
-def execute_under_lease(store: Any, lease: Any, spec: Any, options: Any, lease_s: float) -> dict[str, Any]:
-    """Run (or resume) a claimed run to its end under a heartbeat; return its summary.
-    A run that fails gives its claim back (queued again, or dead after its last
-    attempt) and the failure is one line naming what became of the run."""
+def execute_under_lease(
+    store: Any, lease: Any, spec: Any, options: Any, lease_s: float, edits: Any = None
+) -> dict[str, Any]:
+    """Run (or resume) a claimed run to its end under a heartbeat; return its summary,
+    or for a run stopped for a human (``--interrupt-at``/``--interrupt-when``) where and
+    why (``status``: ``interrupted``). A run that fails gives its claim back (queued
+    again, or dead after its last attempt) and the failure is one line naming what
+    became of the run. ``edits`` (:class:`~megaactors.durable.interrupts.StateEdits`) are
+    applied as the run resumes."""
     from megaactors.durable import FencingError, Heartbeat, run_durable
+    from megaactors.durable.interrupts import EditRefused, RunInterrupted
     from megaactors.durable.outbox import settle_compensations
     from megaactors.durable.worker import PERMANENT
 
     with Heartbeat(store, lease, lease_s) as heartbeat:
         try:
-            result = run_durable(store, lease, spec, options, lost=lambda: heartbeat.lost)
+            result = run_durable(store, lease, spec, options, lost=lambda: heartbeat.lost, edits=edits)
             summary = result.summary()
             store.finish(lease, summary)
+        except EditRefused:  # a human's edit the run cannot take: nothing was written; it waits for another
+            store.interrupt(lease, store.get_run(lease.run_id).error or "an edit was refused", options.as_dict())
+            raise
+        except RunInterrupted as stop:
+            store.interrupt(lease, stop.reason, {**options.as_dict(), stop.trigger: None})
+            return {"status": "interrupted", "run_id": lease.run_id, "step": stop.step,
+                    "virtual_time_s": stop.virtual_time_s, "reason": stop.reason}  # fmt: skip
         except FencingError:
             raise
         except Exception as exc:
@@ -146,6 +179,11 @@ def execute_under_lease(store: Any, lease: Any, spec: Any, options: Any, lease_s
                 became = "dead (it would fail again)" if permanent else "dead (no attempts left)"
             raise CommandError(f"run {lease.run_id!r} failed and is {became}: {error}") from exc
     settle_compensations(store, run_id=lease.run_id)
+    if options.interrupt_at is not None:
+        raise CommandError(
+            f"run {lease.run_id!r} ended at {summary['virtual_time_s']:g} s of virtual time, before --interrupt-at "
+            f"{options.interrupt_at:g} s: nothing was interrupted (its result is stored; megaactors runs shows it)"
+        )
     return summary
 
 

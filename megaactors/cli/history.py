@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from typing import Any
 
 from megaactors.cli.durable_common import add_store_option, open_for, run_id, table
@@ -22,6 +23,7 @@ COLUMNS = (
     "messages",
     "llm_calls",
     "cost_usd",
+    "edit",
 )
 
 
@@ -54,6 +56,7 @@ def handle(args: argparse.Namespace) -> int:
             "messages": c.meta.get("messages"),
             "llm_calls": c.meta.get("llm_calls"),
             "cost_usd": round(c.meta.get("cost_usd", 0.0), 9),
+            "edit": _edit_text(c.meta.get("edit")),
             "meta": c.meta,
         }
         for c in checkpoints
@@ -63,3 +66,12 @@ def handle(args: argparse.Namespace) -> int:
     else:
         print(table(rows, COLUMNS) if rows else f"run {args.run_id!r} has no checkpoint yet")
     return 0
+
+
+def _edit_text(edit: Any) -> str | None:
+    """A human's edit in one cell: who, when, which agents."""
+    if not isinstance(edit, dict):
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(edit.get("when", 0)))
+    agents = ",".join(sorted(edit.get("set_state", {}), key=int))
+    return f"{edit.get('who')} {when} UTC set state of agent(s) {agents}"

@@ -36,12 +36,20 @@ def register(sub: Any) -> None:
         "resume",
         help="continue a checkpointed run from its newest checkpoint",
         description="Claim a run's lease and continue it from its newest checkpoint; a finished run prints "
-        "its recorded result.",
+        "its recorded result. A run held by a dead process of this host is taken over at once.",
     )
     add_store_option(p, primary="--checkpoint")
     p.add_argument("--run-id", required=True, type=run_id, help="the run to resume")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_param(p, WAIT, default=0.0)
+    p.add_argument(
+        "--set-state",
+        action="append",
+        default=[],
+        metavar="AGENT=JSON",
+        help="replace an agent's behaviour state before going on (repeatable; recorded in history with --who)",
+    )
+    p.add_argument("--who", default=None, help="who makes the edits (default: USER@host)")
     add_lease_option(p)
     add_budget_options(p)
     p.set_defaults(handler=handle)
@@ -50,6 +58,7 @@ def register(sub: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     from megaactors import __version__
     from megaactors.durable import DurableOptions, RunQueue, owner_id
+    from megaactors.durable.holders import holder_is_dead
     from megaactors.durable.store import check_header
     from megaactors.experiments.spec import ParameterError, RunSpec
 
@@ -71,7 +80,7 @@ def handle(args: argparse.Namespace) -> int:
             raise CommandError(f"run {args.run_id!r} has bad parameters: {exc}") from exc
         check_budget(args, [spec])
         deadline = time.monotonic() + args.wait
-        while run.held:  # wait read-only: a claim would queue behind the holder's writes
+        while run.held and not holder_is_dead(run.owner):  # wait read-only: a claim would queue behind its writes
             if time.monotonic() >= deadline:
                 raise CommandError(
                     f"run {args.run_id!r} is held by {run.owner} for another "
@@ -82,18 +91,51 @@ def handle(args: argparse.Namespace) -> int:
         latest = ro.latest(args.run_id)
         if latest is not None:
             check_header(latest.state or b"", where=f"run {args.run_id!r} step {latest.step}")
+    edits = _edits(args)
+    if edits.states and latest is None:
+        raise CommandError(f"run {args.run_id!r} has no checkpoint yet: there is no state to edit")
     store = open_for(args.db)
     try:
         lease = RunQueue(store).claim(args.run_id, owner_id(), args.lease)
-        summary = execute_under_lease(store, lease, spec, options, args.lease)
+        summary = execute_under_lease(store, lease, spec, options, args.lease, edits)
     finally:
         store.close()
     return print_summary(summary, args.json)
+
+
+def _edits(args: argparse.Namespace) -> Any:
+    """``--set-state AGENT=JSON`` options as :class:`StateEdits`; one-line errors for bad ones."""
+    import getpass
+    import socket
+
+    from megaactors.durable.interrupts import StateEdits
+
+    edits = StateEdits(who=args.who or f"{getpass.getuser()}@{socket.gethostname()}")
+    for text in args.set_state:
+        agent, sep, value = text.partition("=")
+        if not sep or not agent.strip().isdigit():
+            raise CommandError(f"--set-state: expected AGENT=JSON with AGENT an agent number, got {text!r}")
+        try:
+            state = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"--set-state: agent {agent.strip()}: not JSON ({exc.msg}): {value!r}") from None
+        if int(agent) in edits.states:
+            raise CommandError(f"--set-state: agent {int(agent)} given twice")
+        edits.states[int(agent)] = state
+    return edits
 
 
 def print_summary(summary: Any, as_json: bool) -> int:
     """Print a run's summary (readable, or one JSON object); return exit code 0."""
     from megaactors.cli.run import format_summary
 
-    print(json.dumps(summary, sort_keys=True) if as_json else format_summary(summary))
+    if as_json:
+        print(json.dumps(summary, sort_keys=True))
+    elif summary.get("status") == "interrupted":
+        rid = summary["run_id"]
+        print(f"run {rid} {summary['reason']}: stopped at super-step {summary['step']} "
+              f"({summary['virtual_time_s']:g} s virtual). Look: megaactors inspect --run-id {rid} --db DB; "
+              f"go on: megaactors resume --run-id {rid} --checkpoint DB")  # fmt: skip
+    else:
+        print(format_summary(summary))
     return 0

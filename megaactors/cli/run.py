@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from megaactors.cli.common import CommandError, add_param, add_run_options, spec_from_args
@@ -13,7 +14,7 @@ from megaactors.experiments.collector import CollectorError, DataCollector, chec
 from megaactors.experiments.spec import RunSpec
 from megaactors.validation import Param
 
-__all__ = ["COLLECT", "COLLECT_EVERY", "TIME_SCALE", "format_summary", "register"]
+__all__ = ["COLLECT", "COLLECT_EVERY", "TIME_SCALE", "TRACE_AGENTS", "TRACE_OUT", "format_summary", "register"]
 
 COLLECT = Param(
     "collect",
@@ -26,6 +27,20 @@ COLLECT_EVERY = Param(
     "with --collect: collect every N events instead of every super-step (--step-seconds)",
     minimum=1,
     maximum=10**12,
+)
+
+TRACE_OUT = Param(
+    "trace_out",
+    str,
+    "write the run as a Trace Event file (JSON) that Perfetto and chrome://tracing open: agents' states, LLM and "
+    "tool calls, messages as arrows",
+)
+TRACE_AGENTS = Param(
+    "trace_agents",
+    int,
+    "with --trace-out: draw at most this many agents (whole groups first)",
+    minimum=1,
+    maximum=100_000,
 )
 
 TIME_SCALE = Param(
@@ -51,6 +66,8 @@ def register(sub: Any) -> None:
     add_param(p, TIME_SCALE)
     add_param(p, COLLECT)
     add_param(p, COLLECT_EVERY)
+    add_param(p, TRACE_OUT)
+    add_param(p, TRACE_AGENTS, default=200)
     add_durable_options(p, with_store=True)
     p.set_defaults(handler=handle)
 
@@ -58,14 +75,18 @@ def register(sub: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     check_budget(args, [spec])
+    if args.trace_out is not None:
+        summary = run_traced(args, spec)
+        print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
+        return 0
     if args.collect is not None or args.collect_every is not None:
         summary = with_status(run_collected(args, spec))
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
     if args.db or args.run_id:
-        summary = with_status(run_checkpointed(args, spec))
-        print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
-        return 0
+        from megaactors.cli.resume import print_summary
+
+        return print_summary(with_status(run_checkpointed(args, spec)), args.json)
     options: dict[str, Any] = {}
     if args.time_scale is not None:
         options["time_scale"] = args.time_scale  # a RuntimeOptions field: runtimes in virtual time ignore it
@@ -103,6 +124,31 @@ def run_collected(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
     result.params = spec.result_params()
     for path in collector.save(args.collect):
         print(f"wrote {path}", file=sys.stderr)
+    return result.summary()
+
+
+def run_traced(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
+    """``--trace-out``: run in the simulation with every transition traced and write
+    the Trace Event file; bad settings are checked before anything runs."""
+    from dataclasses import replace
+
+    from megaactors.experiments.trace_events import TraceRecorder, write_trace_events
+
+    if args.db or args.run_id or args.collect is not None:
+        raise CommandError("--trace-out does not combine with --checkpoint/--run-id or --collect")
+    if spec.runtime != "sim":
+        raise CommandError(f"--trace-out records the run in the simulation; got --runtime {spec.runtime}")
+    out = Path(args.trace_out)
+    if not out.parent.is_dir():
+        raise CommandError(f"--trace-out: no directory {out.parent}")
+    recorder = TraceRecorder()
+    runtime = replace(spec, trace=True).build(observer=recorder)
+    recorder.clock = lambda: runtime.now
+    result = runtime.run()
+    result.params = spec.result_params()
+    counts = write_trace_events(out, runtime.org, runtime.trace, recorder, max_agents=args.trace_agents)
+    left = f", {counts['agents_left_out']:,} agents left out" if counts["agents_left_out"] else ""
+    print(f"wrote {out}: {counts['agents']:,} agents, {counts['flows']:,} messages{left}", file=sys.stderr)
     return result.summary()
 
 

@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from megaactors.cli.durable_common import add_store_option, open_for, table
+from megaactors.durable.store import STATUSES
 from megaactors.redact import redact
 
 __all__ = ["COLUMNS", "register"]
@@ -33,7 +34,7 @@ COLUMNS = (
 def register(sub: Any) -> None:
     p = sub.add_parser("runs", help="list the runs of a checkpoint store with their status and results")
     add_store_option(p)
-    p.add_argument("--status", choices=("queued", "running", "done", "dead", "cancelled"), help="only these")
+    p.add_argument("--status", choices=STATUSES, help="only these")
     p.add_argument("--json", action="store_true", help="print a JSON list (with parameters and results)")
     p.set_defaults(handler=handle)
 

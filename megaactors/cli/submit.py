@@ -28,12 +28,16 @@ from megaactors.cli.durable_common import (
     run_id,
 )
 from megaactors.experiments.spec import RunSpec
+from megaactors.redact import redact
 from megaactors.validation import Param
 
 __all__ = ["MAX_ATTEMPTS", "grid_specs", "register"]
 
 MAX_GRID_RUNS = 100_000
 MAX_ATTEMPTS = Param("max_attempts", int, "claims before a failing run is dead", minimum=1, maximum=1000)
+ROUTE_SEED = Param(
+    "route_seed", int, "seed of the draw that routes runs between versions", minimum=0, maximum=2**63 - 1
+)
 
 
 def register(sub: Any) -> None:
@@ -59,6 +63,17 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--run-id", type=run_id, help="id of the run (with --grid: the prefix of numbered ids)")
     add_param(p, MAX_ATTEMPTS, default=3)
+    routing = p.add_mutually_exclusive_group()
+    routing.add_argument(
+        "--route",
+        metavar="V=PCT,...",
+        help="route the new runs between megaactors versions by weight (percents adding up to 100), e.g. "
+        "0.1.0=90,0.2.0=10; each version must be known to the store (a worker of it has started)",
+    )
+    routing.add_argument(
+        "--canary", metavar="V=PCT", help="send PCT percent of the new runs to version V, the rest to this one"
+    )
+    add_param(p, ROUTE_SEED, default=0)
     p.add_argument("--json", action="store_true", help="print the run ids as a JSON list")
     p.set_defaults(handler=handle)
 
@@ -109,12 +124,32 @@ def handle(args: argparse.Namespace) -> int:
     with open_for(args.db, create=True) as store:
         taken = [rid for rid in ids if _exists(store, rid)]
         if taken:  # refused before anything is queued
-            raise CommandError(f"run {taken[0]!r} already exists in {args.db}; choose another --run-id")
+            raise CommandError(f"run {taken[0]!r} already exists in {redact(args.db)}; choose another --run-id")
         queue = RunQueue(store)
-        for rid, s in zip(ids, specs, strict=True):
-            queue.submit(s, options.as_dict(), run_id=rid, max_attempts=args.max_attempts)
-    print(json.dumps(ids) if args.json else "\n".join(ids))
+        versions = _routed(args, store, queue.version, len(ids))
+        for rid, s, version in zip(ids, specs, versions, strict=True):
+            queue.submit(s, options.as_dict(), run_id=rid, max_attempts=args.max_attempts, version=version)
+    if args.json:
+        print(json.dumps(ids))
+    elif args.route or args.canary:
+        print("\n".join(f"{rid} -> {version}" for rid, version in zip(ids, versions, strict=True)))
+    else:
+        print("\n".join(ids))
     return 0
+
+
+def _routed(args: argparse.Namespace, store: Any, this_version: str, count: int) -> list[str]:
+    """The version each new run is queued for (``--route``/``--canary``, else this one)."""
+    from megaactors.durable.deploys import canary_route, parse_route, route
+
+    known = {this_version, *store.deploys()}
+    if args.route:
+        weights = parse_route(args.route, known)
+    elif args.canary:
+        weights = canary_route(args.canary, this_version, known)
+    else:
+        return [this_version] * count
+    return route(count, weights, args.route_seed)
 
 
 def _exists(store: Any, run_id: str) -> bool:

@@ -10,11 +10,18 @@ from megaactors.cli.durable_common import add_budget_options, add_lease_option, 
 from megaactors.experiments.budget import Budget
 from megaactors.validation import Param
 
-__all__ = ["JOBS", "MAX_RUNS", "POLL", "register"]
+__all__ = ["JOBS", "MAX_RUNS", "METRICS_PORT", "POLL", "register"]
 
 JOBS = Param("jobs", int, "worker processes to start", minimum=1, maximum=1024, short="-j")
 POLL = Param("poll", float, "pause when the queue is empty", unit="s", minimum=0, above_minimum=True, maximum=3600)
 MAX_RUNS = Param("max_runs", int, "stop after finishing this many runs", minimum=1, maximum=10**9)
+METRICS_PORT = Param(
+    "metrics_port",
+    int,
+    "serve Prometheus metrics at http://127.0.0.1:PORT/metrics (with --jobs N, worker i on PORT+i)",
+    minimum=1,
+    maximum=65535,
+)
 
 
 def register(sub: Any) -> None:
@@ -34,11 +41,15 @@ def register(sub: Any) -> None:
     p.add_argument("--exit-when-idle", action="store_true", help="stop once no run is queued or running")
     add_param(p, MAX_RUNS)
     add_budget_options(p)
+    add_param(p, METRICS_PORT)
+    p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines as text or JSON objects")
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    from megaactors.durable.worker import work, work_in_processes
+    from megaactors.durable.metrics import WorkerMetrics, check_ports_free
+    from megaactors.durable.runqueue import retry_busy
+    from megaactors.durable.worker import log_to_stderr, work, work_in_processes
 
     kwargs: dict[str, Any] = {
         "lease_s": args.lease,
@@ -47,9 +58,19 @@ def handle(args: argparse.Namespace) -> int:
         "max_runs": args.max_runs,
         "budget": Budget.machine(args.max_agents, args.max_messages),
     }
-    with open_for(args.db) as store:
+    with retry_busy(lambda: open_for(args.db)) as store:  # a server restarting as the worker starts is waited for
         if args.jobs == 1:
-            work(store, **kwargs)
+            metrics = None
+            if args.metrics_port is not None:
+                metrics = WorkerMetrics(store)
+                server = metrics.serve(args.metrics_port)
+            try:
+                work(store, log=log_to_stderr(args.log_format), metrics=metrics, **kwargs)
+            finally:
+                if metrics is not None:
+                    server.shutdown()
             return 0
-    work_in_processes(args.db, args.jobs, **kwargs)
+    if args.metrics_port is not None:
+        check_ports_free(args.metrics_port, args.jobs)
+    work_in_processes(args.db, args.jobs, log_format=args.log_format, metrics_port=args.metrics_port, **kwargs)
     return 0

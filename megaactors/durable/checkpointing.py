@@ -33,17 +33,21 @@ same events, message ids and LLM call indices. Side effects go through the
 
 from __future__ import annotations
 
+import functools
 import math
 import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from megaactors.core.behaviour import Behaviour, check_organisation
+from megaactors.durable import spans
+from megaactors.durable.interrupts import EditRefused, RunInterrupted, StateEdits, check_condition, due
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.packable import explain
+from megaactors.durable.runqueue import retry_busy
 from megaactors.durable.state import DurableSim
 from megaactors.durable.store import (
     CheckpointLog,
@@ -60,7 +64,15 @@ from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.result import RunResult
 
-__all__ = ["GENESIS_BYTES_PER_AGENT", "DurableOptions", "Progress", "fork_run", "preflight", "run_durable"]
+__all__ = [
+    "GENESIS_BYTES_PER_AGENT",
+    "DurableOptions",
+    "Progress",
+    "fork_run",
+    "preflight",
+    "restored",
+    "run_durable",
+]
 
 GENESIS_BYTES_PER_AGENT = 300
 """Estimated packed size of one agent in a full snapshot: the weight of a genesis
@@ -79,6 +91,10 @@ class DurableOptions:
     """Write a full snapshot once the deltas since the last one outweigh it this many times."""
     billing_url: str | None = None
     """Charge every LLM call's cost to this billing service (through the outbox)."""
+    interrupt_at: float | None = None
+    """Stop for a human once the run reaches this virtual time (:mod:`~megaactors.durable.interrupts`)."""
+    interrupt_when: str | None = None
+    """Stop for a human once the ledger meets this condition (``cost_usd>0.5``)."""
 
     def __post_init__(self) -> None:
         every = self.checkpoint_every
@@ -88,6 +104,11 @@ class DurableOptions:
             raise ParameterError(f"step seconds must be a finite number > 0, got {self.step_s!r}")
         if not isinstance(self.full_ratio, (int, float)) or not self.full_ratio > 0:
             raise ParameterError(f"full ratio must be a number > 0, got {self.full_ratio!r}")
+        at = self.interrupt_at
+        if at is not None and (not isinstance(at, (int, float)) or isinstance(at, bool) or not 0 <= at < math.inf):
+            raise ParameterError(f"interrupt at must be a finite number of seconds >= 0, got {at!r}")
+        if self.interrupt_when is not None:
+            check_condition(self.interrupt_when)
         url = self.billing_url
         if url is not None and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
             raise ParameterError(f"billing url must be an http(s) URL, got {url!r}")
@@ -119,6 +140,9 @@ class Progress:
     """Seconds the simulation's thread spent describing and packing states."""
     outbox_performed: int = 0
     outbox_replayed: int = 0
+    on_checkpoint: Callable[[float, int], None] | None = field(default=None, repr=False, compare=False)
+    """Called on the writer thread after each checkpoint write with its seconds
+    (compression and write) and bytes (metrics)."""
 
     @property
     def steps(self) -> int:
@@ -157,7 +181,8 @@ class _Writer:
         self.since_full = sum(r.meta.get("packed_bytes", r.nbytes) for r in chain[1:])
         self.parent = chain[-1].step
 
-    def write(self, rt: DurableSim, step: int) -> None:
+    def write(self, rt: DurableSim, step: int, note: dict[str, Any] | None = None) -> None:
+        """Queue the checkpoint of ``step`` (``note``: a human's edit, kept in its metadata)."""
         self._raise()
         t0 = time.perf_counter()
         if self.base is None:
@@ -172,7 +197,7 @@ class _Writer:
             raise UncheckpointableError(explain(state)) from None
         self.progress.capture_s += time.perf_counter() - t0
         led = rt.ledger
-        meta = {
+        meta: dict[str, Any] = {
             "step": step,
             "events": rt.events_run,
             "virtual_time_s": rt.now,
@@ -187,6 +212,8 @@ class _Writer:
             "cost_usd": led.cost_usd,
             "finished": rt.finished,
         }
+        if note is not None:
+            meta["edit"] = note
         if self._thread is None:
             self._thread = threading.Thread(target=self._drain, name=f"checkpoints {self.lease.run_id}", daemon=True)
             self._thread.start()
@@ -218,9 +245,12 @@ class _Writer:
             store = self.store.reopen()
             while (item := self._queue.get()) is not None:
                 step, parent, base, kind, meta, packed = item
+                t0 = time.perf_counter()
                 blob = seal_state(packed)
-                store.write(self.lease, step, parent, base, kind, meta, blob)
+                retry_busy(functools.partial(store.write, self.lease, step, parent, base, kind, meta, blob))
                 self.progress.checkpoint_bytes += len(blob)
+                if self.progress.on_checkpoint is not None:
+                    self.progress.on_checkpoint(time.perf_counter() - t0, len(blob))
         except BaseException as exc:  # handed to the simulation's thread
             self._error = exc
             while self._queue.get() is not None:  # let the producer finish
@@ -246,13 +276,42 @@ def run_durable(
     tools: dict[str, Callable[[Any], Any]] | None = None,
     progress: Progress | None = None,
     on_step: Callable[[int], None] | None = None,
+    tracer: Any | None = None,
+    edits: StateEdits | None = None,
 ) -> RunResult:
     """Run ``spec`` under ``lease`` from its newest checkpoint (or from the start),
     checkpointing as it goes; return the result. ``lost`` is polled between
     super-steps (a heartbeat that lost the lease stops the run early);
     ``behaviour``/``tools`` replace the spec's behaviour (and give its tools) for
-    Python callers, who must pass the same ones on every resume."""
+    Python callers, who must pass the same ones on every resume. ``tracer`` (an OpenTelemetry tracer; by
+    default the global one, :mod:`megaactors.durable.spans`) records the run, its
+    super-steps and LLM calls as spans. ``edits`` (a resumed run only) replaces agents'
+    behaviour states before it goes on, written as a checkpoint of their own (with who
+    and when) so that every later resume replays them."""
     spec.check_checkpointable()
+    tracer = tracer if tracer is not None else spans.tracer()
+    if tracer is None:
+        return _run_durable(store, lease, spec, options, lost, behaviour, tools, progress, on_step, None, edits)
+    attributes = {"megaactors.run_id": lease.run_id, "megaactors.fence": lease.fence}
+    attributes.update({f"megaactors.param.{k}": v for k, v in spec.as_dict().items() if v is not None})
+    with tracer.start_as_current_span("run", attributes=attributes) as span:
+        recording = tracer if span.is_recording() else None
+        return _run_durable(store, lease, spec, options, lost, behaviour, tools, progress, on_step, recording, edits)
+
+
+def _run_durable(
+    store: CheckpointStore,
+    lease: Lease,
+    spec: RunSpec,
+    options: DurableOptions | None,
+    lost: Callable[[], bool] | None,
+    behaviour: Behaviour | None,
+    tools: dict[str, Callable[[Any], Any]] | None,
+    progress: Progress | None,
+    on_step: Callable[[int], None] | None,
+    tracer: Any | None,
+    edits: StateEdits | None,
+) -> RunResult:
     options = options or DurableOptions()
     progress = progress if progress is not None else Progress()
     outbox = Outbox(store, lease, billing_url=options.billing_url)
@@ -260,6 +319,18 @@ def run_durable(
 
     def charge(agent: int, index: int, reply: Any) -> None:
         outbox.charge(f"{run_id}/{agent}/{index}", agent, index, reply.cost_usd)
+
+    def traced(agent: int, index: int, reply: Any) -> None:
+        assert tracer is not None  # only installed with one
+        attributes = {"megaactors.agent": agent, "megaactors.call_index": index, "megaactors.stage": reply.stage,
+                      "megaactors.tokens_in": reply.tokens_in, "megaactors.tokens_out": reply.tokens_out,
+                      "megaactors.cost_usd": reply.cost_usd, "megaactors.virtual_start_s": rt.now,
+                      "megaactors.latency_s": reply.latency_s}  # fmt: skip
+        tracer.start_span("llm call", attributes=attributes).end()
+        if options.billing_url:
+            charge(agent, index, reply)
+
+    on_llm_call = traced if tracer is not None else charge if options.billing_url else None
 
     def gate(agent: int, index: int, call: Any, run: Callable[[], Any]) -> Any:
         return outbox.perform(f"{run_id}/tool/{index}", "tool", {"agent": agent, "tool": call.name}, run)
@@ -276,7 +347,7 @@ def run_durable(
         serial=spec.serial,
         trace=spec.trace,
         tools=tools,
-        on_llm_call=charge if options.billing_url else None,
+        on_llm_call=on_llm_call,
         tool_gate=gate,
     )
     writer = _Writer(store, lease, options.full_ratio, progress)
@@ -285,7 +356,13 @@ def run_durable(
         with quiet_gc():
             wall0 = time.perf_counter()
             if latest is None:
-                rt.start()
+                if edits is not None and edits.states:
+                    raise EditRefused(f"run {run_id!r} has no checkpoint yet: there is no state to edit")
+                if tracer is None:
+                    rt.start()
+                else:
+                    with tracer.start_as_current_span("super-step", attributes={"megaactors.step": 0}):
+                        rt.start()
                 step = 0
                 writer.write(rt, step)
             else:
@@ -293,16 +370,37 @@ def run_durable(
                 rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
                 writer.resume(chain, rt)
                 step = progress.resumed_from = latest.step
+                if edits is not None and edits.states:
+                    edits.apply(rt)
+                    step += 1
+                    writer.write(rt, step, note=edits.note())
             wall_before = rt.wall_s
             every = options.checkpoint_every
+            written = step
             while not rt.finished:
                 if lost is not None and lost():
                     raise FencingError(f"run {run_id!r}: lease lost (heartbeat) at super-step {step}")
-                rt.advance(_window_end(rt.next_event_time or 0.0, options.step_s))
+                fired = due(rt.next_event_time, rt.ledger, options.interrupt_at, options.interrupt_when)
+                if fired is not None:
+                    rt.wall_s = wall_before + time.perf_counter() - wall0
+                    if written != step:
+                        writer.write(rt, step)
+                    writer.close()
+                    progress.super_steps = step
+                    raise RunInterrupted(step, rt.now, *fired)
+                until = _window_end(rt.next_event_time or 0.0, options.step_s)
+                if tracer is None:
+                    rt.advance(until)
+                else:
+                    attributes = {"megaactors.step": step + 1, "megaactors.virtual_start_s": rt.now,
+                                  "megaactors.virtual_until_s": until}  # fmt: skip
+                    with tracer.start_as_current_span("super-step", attributes=attributes):
+                        rt.advance(until)
                 step += 1
                 if step % every == 0 or rt.finished:
                     rt.wall_s = wall_before + time.perf_counter() - wall0
                     writer.write(rt, step)
+                    written = step
                 if on_step is not None:
                     on_step(step)
             writer.close()
@@ -314,6 +412,16 @@ def run_durable(
     result = rt.result()
     result.params = spec.result_params()
     return result
+
+
+def restored(store: CheckpointLog, run_id: str, step: int) -> DurableSim:
+    """The simulation of ``run_id`` as it was at checkpointed super-step ``step``."""
+    spec = RunSpec.from_dict(store.get_run(run_id).params)
+    rt = DurableSim(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=spec.seed,
+                    max_concurrent_llm=spec.max_concurrent_llm, serial=spec.serial, trace=spec.trace)  # fmt: skip
+    chain = store.chain(run_id, step)
+    rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
+    return rt
 
 
 def preflight(spec: RunSpec) -> None:
@@ -345,11 +453,7 @@ def fork_run(
     if params is None or params == source.params:
         store.fork(run_id, step, new_run_id)
         return
-    spec = RunSpec.from_dict(source.params)
     RunSpec.from_dict(params).check_checkpointable()  # the new parameters must be valid too
-    rt = DurableSim(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=spec.seed,
-                    max_concurrent_llm=spec.max_concurrent_llm, serial=spec.serial, trace=spec.trace)  # fmt: skip
-    chain = store.chain(run_id, step)
-    rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
+    rt = restored(store, run_id, step)
     meta = {**store.get(run_id, step).meta, "forked_from": [run_id, step]}
     store.fork(run_id, step, new_run_id, params=params, snapshot=(meta, seal_state(pack_state(rt.full()))))

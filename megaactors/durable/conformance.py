@@ -341,6 +341,70 @@ class StoreConformance:
         run = store.get_run("r")
         assert run.status == "dead" and "gave up after 2 attempt(s)" in str(run.error)
 
+    def test_a_dead_holder_s_lease_ends_at_once_and_only_for_that_holder(self, store: CheckpointStore) -> None:
+        lease = held(store)
+        assert not store.end_lease("r", "w2", lease.fence)  # another holder's name
+        assert not store.end_lease("r", "w1", lease.fence + 1)  # another claim
+        with pytest.raises(LeaseHeldError):
+            store.claim("r", "w2", V, 30)
+        assert store.end_lease("r", "w1", lease.fence)
+        assert not store.end_lease("r", "w1", lease.fence)  # already ended
+        with pytest.raises(FencingError, match="expired"):
+            store.write(lease, 0, None, 0, "full", {}, blob(0))
+        new = store.claim("r", "w2", V, 30)
+        assert (new.fence, store.get_run("r").attempts) == (2, 2)
+
+    def test_a_draining_version_finishes_its_runs_but_claims_no_new_ones(self, store: CheckpointStore) -> None:
+        store.create_run("started", {}, {}, version=V, max_attempts=3)
+        store.create_run("waiting", {}, {}, version=V)
+        store.create_run("other", {}, {}, version="8.0.0")
+        assert claimed(store.claim_next("w1", V, 0.2)).run_id == "started"
+        store.set_deploy("8.0.0", "live", only_if_unknown=True)
+        store.set_deploy(V, "draining")
+        store.set_deploy(V, "live", only_if_unknown=True)  # a worker announcing itself undoes no drain
+        assert store.deploys() == {"8.0.0": "live", V: "draining"}
+        with pytest.raises(StoreError, match="deploy state"):
+            store.set_deploy(V, "paused")
+        time.sleep(0.25)  # the holder of "started" vanished: the run is finished by another worker
+        assert claimed(store.claim_next("w2", V, 30)).run_id == "started"
+        assert store.claim_next("w2", V, 30) is None  # "waiting" is not started while draining
+        assert claimed(store.claim_next("w3", "8.0.0", 30)).run_id == "other"
+        store.set_deploy(V, "live")
+        assert claimed(store.claim_next("w2", V, 30)).run_id == "waiting"
+
+    def test_an_interrupted_run_waits_for_a_claim_by_id(self, store: CheckpointStore) -> None:
+        lease = held(store)
+        store.interrupt(lease, "interrupted at 5 s", {"every": 2})
+        run = store.get_run("r")
+        assert (run.status, run.error, run.options, run.held) == (
+            "interrupted",
+            "interrupted at 5 s",
+            {"every": 2},
+            False,
+        )
+        with pytest.raises(FencingError, match="interrupted"):
+            store.write(lease, 0, None, 0, "full", {}, blob(0))
+        assert store.claim_next("w2", V, 30) is None  # workers never continue it
+        again = store.claim("r", "w2", V, 30)
+        assert again.fence == lease.fence + 1 and store.get_run("r").status == "running"
+
+    def test_a_dead_run_is_requeued_with_fresh_attempts(self, store: CheckpointStore) -> None:
+        store.create_run("r", {}, {}, version=V, max_attempts=1)
+        lease = claimed(store.claim_next("w", V, 30))
+        assert store.fail(lease, "boom") == "dead"
+        with pytest.raises(UnknownRunError):
+            store.requeue("nope")
+        store.requeue("r", max_attempts=2)
+        run = store.get_run("r")
+        assert (run.status, run.attempts, run.max_attempts, run.owner) == ("queued", 0, 2, None)
+        with pytest.raises(StoreError, match="only dead runs"):
+            store.requeue("r")
+        again = claimed(store.claim_next("w", V, 30))
+        assert again.fence == lease.fence + 1
+        with pytest.raises(FencingError):
+            store.finish(lease, {})
+        assert store.fail(again, "boom") == "queued"
+
     def test_concurrent_claimers_never_share_a_run(self, store: CheckpointStore) -> None:
         for i in range(12):
             store.create_run(f"r{i:02d}", {}, {}, version=V)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from megaactors.durable.store import (
+    DEPLOY_STATES,
     CheckpointRecord,
     CheckpointStore,
     Compensation,
@@ -45,6 +46,7 @@ class _Tables:
     checkpoints: dict[str, dict[int, CheckpointRecord]] = field(default_factory=dict)
     outbox: dict[tuple[str, str], tuple[OutboxEntry, float]] = field(default_factory=dict)
     compensations: dict[tuple[str, str, int], tuple[Compensation, float]] = field(default_factory=dict)
+    deploys: dict[str, str] = field(default_factory=dict)
 
 
 class MemoryStore(CheckpointStore):
@@ -147,9 +149,10 @@ class MemoryStore(CheckpointStore):
                 if run.version == version and expired and run.attempts >= run.max_attempts:
                     run.status, run.updated_at = "dead", now
                     run.error = f"gave up after {run.attempts} attempt(s): the worker holding it was lost each time"
+            draining = self._t.deploys.get(version) == "draining"
             for run in runs:
                 expired = run.status == "running" and run.lease_expires is not None and run.lease_expires <= now
-                if run.version == version and (run.status == "queued" or expired):
+                if run.version == version and ((run.status == "queued" and not draining) or expired):
                     return self._take(run, owner, lease_s)
         return None
 
@@ -178,10 +181,47 @@ class MemoryStore(CheckpointStore):
             run = self._fenced(lease)
             run.status, run.lease_expires, run.updated_at = "queued", None, self.now()
 
+    def interrupt(self, lease: Lease, reason: str, options: dict[str, Any]) -> None:
+        with self._t.lock:
+            run = self._fenced(lease)
+            run.status, run.error, run.options, run.lease_expires = "interrupted", reason, _copy(options), None
+            run.updated_at = self.now()
+
     def cancel(self, run_id: str, reason: str = "cancelled") -> None:
         with self._t.lock:
             run = self._run(run_id)
             run.status, run.fence, run.lease_expires, run.error = "cancelled", run.fence + 1, None, reason
+            run.updated_at = self.now()
+
+    def set_deploy(self, version: str, state: str, *, only_if_unknown: bool = False) -> None:
+        if state not in DEPLOY_STATES:
+            raise StoreError(f"a deploy state is one of {', '.join(DEPLOY_STATES)}, got {state!r}")
+        with self._t.lock:
+            if not (only_if_unknown and version in self._t.deploys):
+                self._t.deploys[version] = state
+
+    def deploys(self) -> dict[str, str]:
+        with self._t.lock:
+            return dict(sorted(self._t.deploys.items()))
+
+    def end_lease(self, run_id: str, owner: str, fence: int) -> bool:
+        with self._t.lock:
+            run, now = self._run(run_id), self.now()
+            held = run.status == "running" and run.lease_expires is not None and run.lease_expires > now
+            if not held or run.owner != owner or run.fence != fence:
+                return False
+            run.lease_expires = run.updated_at = now
+            return True
+
+    def requeue(self, run_id: str, max_attempts: int | None = None) -> None:
+        if max_attempts is not None and max_attempts < 1:
+            raise StoreError(f"max attempts must be >= 1, got {max_attempts}")
+        with self._t.lock:
+            run = self._run(run_id)
+            if run.status != "dead":
+                raise StoreError(f"run {run_id!r} is {run.status}; only dead runs are requeued")
+            run.status, run.attempts, run.owner, run.lease_expires = "queued", 0, None, None
+            run.max_attempts = max_attempts or run.max_attempts
             run.updated_at = self.now()
 
     # ------------------------------------------------------------------ the checkpoint log

@@ -15,7 +15,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from megaactors.durable.sql import TABLES, SQLStore
-from megaactors.durable.store import FORMAT, FORMAT_VERSION, CorruptStoreError, FormatVersionError, StoreError
+from megaactors.durable.store import (
+    FORMAT,
+    FORMAT_VERSION,
+    CorruptStoreError,
+    FormatVersionError,
+    StoreBusyError,
+    StoreError,
+)
 
 __all__ = ["PostgresStore", "is_postgres"]
 
@@ -41,10 +48,7 @@ class PostgresStore(SQLStore):
         self._psycopg = psycopg
         self.target = dsn
         self.readonly = readonly
-        try:
-            self._con = psycopg.connect(dsn, autocommit=True, connect_timeout=10)
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to PostgreSQL: {str(exc).strip().splitlines()[0]}") from exc
+        self._con = self._connect()
         self._in_tx = False
         present = self._one("SELECT to_regclass('megaactors_meta') IS NOT NULL")[0]
         if not present:
@@ -69,6 +73,20 @@ class PostgresStore(SQLStore):
         if missing:
             raise CorruptStoreError(f"tables missing: {', '.join(missing)}")
 
+    def _connect(self) -> Any:
+        try:
+            return self._psycopg.connect(self.target, autocommit=True, connect_timeout=10)
+        except self._psycopg.OperationalError as exc:
+            raise StoreBusyError(f"cannot connect to PostgreSQL: {_first_line(exc)}") from exc
+        except self._psycopg.Error as exc:
+            raise StoreError(f"cannot connect to PostgreSQL: {_first_line(exc)}") from exc
+
+    def _error(self, exc: Exception) -> StoreError:
+        """A psycopg error as a store error: a lost connection or a server shutting
+        down is worth trying again (the next statement reconnects)."""
+        lost = self._con.broken or isinstance(exc, self._psycopg.OperationalError)
+        return (StoreBusyError if lost else StoreError)(f"PostgreSQL: {_first_line(exc)}")
+
     def reopen(self) -> PostgresStore:
         return PostgresStore(self.target, readonly=self.readonly)
 
@@ -78,21 +96,31 @@ class PostgresStore(SQLStore):
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
         if self.readonly and self._in_tx:
             raise StoreError("the store is open read-only")
+        if self._con.broken and not self._in_tx:  # the server restarted or the network dropped
+            self._con.close()
+            self._con = self._connect()
         try:
             return self._con.execute(sql, args)
         except self._psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL: {str(exc).strip().splitlines()[0]}") from exc
+            raise self._error(exc) from exc
 
     @contextmanager
     def _write(self) -> Iterator[None]:
         if self._in_tx:
             yield
             return
+        if self._con.broken:
+            self._con.close()
+            self._con = self._connect()
         self._in_tx = True
         try:
             with self._con.transaction():
                 yield
         except self._psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL: {str(exc).strip().splitlines()[0]}") from exc
+            raise self._error(exc) from exc
         finally:
             self._in_tx = False
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -7,11 +7,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from megaactors.durable.sql_base import RUN_COLUMNS, SQLConnection, from_json, to_json
-from megaactors.durable.store import Lease, RunQueueStore, RunRecord
+from megaactors.durable.store import DEPLOY_STATES, Lease, RunQueueStore, RunRecord
 from megaactors.errors import LeaseHeldError, RunExistsError, StoreError, UnknownRunError, VersionMismatchError
 from megaactors.redact import redact
 
 __all__ = ["SQLRunQueue"]
+
+_DEPLOY = "deploy:"
+"""Prefix of a version's deploy state in ``megaactors_meta``."""
 
 
 class SQLRunQueue(SQLConnection, RunQueueStore):
@@ -135,10 +138,11 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
                 "UPDATE megaactors_runs SET status = 'running', owner = ?, fence = fence + 1, "
                 "attempts = attempts + 1, lease_expires = {NOW} + ?, updated_at = {NOW} "
                 "WHERE run_id = (SELECT run_id FROM megaactors_runs WHERE version = ? AND "
-                "(status = 'queued' OR (status = 'running' AND lease_expires <= {NOW})) "
+                "((status = 'queued' AND NOT EXISTS (SELECT 1 FROM megaactors_meta WHERE key = ? AND "
+                "value = 'draining')) OR (status = 'running' AND lease_expires <= {NOW})) "
                 "ORDER BY created_at, run_id LIMIT 1 {SKIP_LOCKED}) "
                 "RETURNING run_id, fence, lease_expires",
-                (owner, float(lease_s), version),
+                (owner, float(lease_s), version, _DEPLOY + version),
             )
         if row is None:
             return None
@@ -186,6 +190,15 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
                 (lease.run_id,),
             )
 
+    def interrupt(self, lease: Lease, reason: str, options: dict[str, Any]) -> None:
+        with self._write():
+            self._fenced(lease)
+            self._run(
+                "UPDATE megaactors_runs SET status = 'interrupted', error = ?, options = ?, lease_expires = NULL, "
+                "updated_at = {NOW} WHERE run_id = ?",
+                (reason, to_json(options), lease.run_id),
+            )
+
     def cancel(self, run_id: str, reason: str = "cancelled") -> None:
         with self._write():
             n = self._run(
@@ -195,3 +208,44 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
             )
         if not n:
             raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")
+
+    def end_lease(self, run_id: str, owner: str, fence: int) -> bool:
+        with self._write():
+            n = self._run(
+                "UPDATE megaactors_runs SET lease_expires = {NOW}, updated_at = {NOW} "
+                "WHERE run_id = ? AND owner = ? AND fence = ? AND status = 'running' AND lease_expires > {NOW}",
+                (run_id, owner, fence),
+            )
+        return bool(n)
+
+    def requeue(self, run_id: str, max_attempts: int | None = None) -> None:
+        if max_attempts is not None and max_attempts < 1:
+            raise StoreError(f"max attempts must be >= 1, got {max_attempts}")
+        with self._write():
+            row = self._one("SELECT status FROM megaactors_runs WHERE run_id = ? {LOCK}", (run_id,))
+            if row is None:
+                raise UnknownRunError(f"no run {run_id!r} in {redact(self.target)}")
+            if row[0] != "dead":
+                raise StoreError(f"run {run_id!r} is {row[0]}; only dead runs are requeued")
+            self._run(
+                "UPDATE megaactors_runs SET status = 'queued', attempts = 0, owner = NULL, lease_expires = NULL, "
+                "max_attempts = COALESCE(?, max_attempts), updated_at = {NOW} WHERE run_id = ?",
+                (max_attempts, run_id),
+            )
+
+    def set_deploy(self, version: str, state: str, *, only_if_unknown: bool = False) -> None:
+        if state not in DEPLOY_STATES:
+            raise StoreError(f"a deploy state is one of {', '.join(DEPLOY_STATES)}, got {state!r}")
+        key = _DEPLOY + version
+        with self._write():
+            known = self._one("SELECT value FROM megaactors_meta WHERE key = ? {LOCK}", (key,)) is not None
+            if known and only_if_unknown:
+                return
+            if known:
+                self._run("UPDATE megaactors_meta SET value = ? WHERE key = ?", (state, key))
+            else:
+                self._run("INSERT INTO megaactors_meta (key, value) VALUES (?, ?)", (key, state))
+
+    def deploys(self) -> dict[str, str]:
+        rows = self._all("SELECT key, value FROM megaactors_meta WHERE key LIKE ?", (_DEPLOY + "%",))
+        return {key[len(_DEPLOY) :]: value for key, value in sorted(rows)}

@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from megaactors.durable.sql import TABLES, SQLStore
-from megaactors.durable.store import FORMAT, FORMAT_VERSION, CorruptStoreError, FormatVersionError, StoreError
+from megaactors.durable.store import (
+    FORMAT,
+    FORMAT_VERSION,
+    CorruptStoreError,
+    FormatVersionError,
+    StoreBusyError,
+    StoreError,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -95,8 +102,11 @@ class SQLiteStore(SQLStore):
 
     NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
-    def __init__(self, path: str | Path, *, create: bool = False, readonly: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, create: bool = False, readonly: bool = False, busy_timeout_s: float = BUSY_TIMEOUT_S
+    ) -> None:
         self.path = Path(path)
+        self.busy_timeout_s = busy_timeout_s
         self.target = str(path)
         self.readonly = readonly
         if self.path.is_dir():
@@ -118,8 +128,8 @@ class SQLiteStore(SQLStore):
         try:
             if not exists:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            self._con.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            self._con = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
+            self._con.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
             if not ready:
                 self._con.execute("PRAGMA journal_mode = WAL")
             self._con.execute("PRAGMA synchronous = NORMAL")
@@ -134,7 +144,7 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"{path}: cannot {'create' if not exists else 'open'} it for writing: {reason}") from exc
 
     def reopen(self) -> SQLiteStore:
-        return SQLiteStore(self.path, readonly=self.readonly)
+        return SQLiteStore(self.path, readonly=self.readonly, busy_timeout_s=self.busy_timeout_s)
 
     def close(self) -> None:
         self._con.close()
@@ -145,6 +155,8 @@ class SQLiteStore(SQLStore):
         except sqlite3.OperationalError as exc:
             if "readonly" in str(exc):
                 raise StoreError(f"{self.path} is open read-only") from exc
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreBusyError(f"{self.path}: {exc}") from exc
             raise StoreError(f"{self.path}: {exc}") from exc
         except sqlite3.DatabaseError as exc:
             raise CorruptStoreError(f"{self.path}: {exc}") from exc

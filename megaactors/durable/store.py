@@ -4,7 +4,7 @@ One database holds everything durable about runs, and its contract comes in thre
 parts, each an abstract class a consumer can ask for alone:
 
 * :class:`RunQueueStore` — **runs and leases**: one row per run (parameters, status
-  ``queued``/``running``/``done``/``dead``/``cancelled``, owner, lease expiry on the
+  ``queued``/``running``/``interrupted``/``done``/``dead``/``cancelled``, owner, lease expiry on the
   database's clock, fencing token, attempts, the runtime version, the last error and
   the result); claims, renewals, retries and the dead letter;
 * :class:`CheckpointLog` — **the checkpoint log**: one row per checkpointed
@@ -47,12 +47,14 @@ from megaactors.errors import (
     FormatVersionError,
     LeaseHeldError,
     RunExistsError,
+    StoreBusyError,
     StoreError,
     UnknownRunError,
     VersionMismatchError,
 )
 
 __all__ = [
+    "DEPLOY_STATES",
     "FORMAT",
     "FORMAT_VERSION",
     "KINDS",
@@ -71,6 +73,7 @@ __all__ = [
     "RunExistsError",
     "RunQueueStore",
     "RunRecord",
+    "StoreBusyError",
     "StoreConnection",
     "StoreError",
     "UnknownRunError",
@@ -84,7 +87,10 @@ __all__ = [
     "seal_state",
 ]
 
-STATUSES = ("queued", "running", "done", "dead", "cancelled")
+STATUSES = ("queued", "running", "interrupted", "done", "dead", "cancelled")
+DEPLOY_STATES = ("live", "draining")
+"""A version's deploy state: its workers claim queued runs (``live``), or only finish
+the runs already started (``draining``)."""
 KINDS = ("full", "delta", "start")
 """Kinds of checkpoint."""
 
@@ -262,8 +268,9 @@ class RunQueueStore(StoreConnection):
 
     @abstractmethod
     def claim_next(self, owner: str, version: str, lease_s: float) -> Lease | None:
-        """Take the oldest claimable run of ``version`` (None when there is none).
-        Runs whose lease expired after their last allowed attempt become ``dead``."""
+        """Take the oldest claimable run of ``version`` (None when there is none): a
+        queued one unless the version is draining, or a running one whose lease
+        expired. Runs whose lease expired after their last allowed attempt become ``dead``."""
 
     @abstractmethod
     def renew(self, lease: Lease, lease_s: float) -> Lease:
@@ -284,8 +291,33 @@ class RunQueueStore(StoreConnection):
         """Give a run back to the queue without finishing it."""
 
     @abstractmethod
+    def interrupt(self, lease: Lease, reason: str, options: dict[str, Any]) -> None:
+        """Stop a run at a point for a human to look at (status ``interrupted``; only
+        a claim by id — ``resume`` — continues it, workers never do), recording why
+        and the options it continues with (fenced)."""
+
+    @abstractmethod
     def cancel(self, run_id: str, reason: str = "cancelled") -> None:
         """Stop a run for good; its holder's next write fails."""
+
+    @abstractmethod
+    def set_deploy(self, version: str, state: str, *, only_if_unknown: bool = False) -> None:
+        """Record ``version``'s deploy state (:data:`DEPLOY_STATES`); with
+        ``only_if_unknown``, only if the version has none yet (a worker announcing itself)."""
+
+    @abstractmethod
+    def deploys(self) -> dict[str, str]:
+        """Every version with a deploy state, and that state."""
+
+    @abstractmethod
+    def end_lease(self, run_id: str, owner: str, fence: int) -> bool:
+        """End the lease of a holder known to be dead: the run's lease expires now if
+        ``owner`` still holds it under ``fence``; return whether it did."""
+
+    @abstractmethod
+    def requeue(self, run_id: str, max_attempts: int | None = None) -> None:
+        """Put a dead-lettered run back in the queue with its attempts counted from
+        zero (and, if given, a new ``max_attempts``); :class:`StoreError` unless it is dead."""
 
 
 class CheckpointLog(StoreConnection):

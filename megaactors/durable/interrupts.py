@@ -1,0 +1,130 @@
+"""Human-in-the-loop interrupts of checkpointed runs.
+
+A run stops between two super-steps, with a checkpoint of that point, when it reaches
+``interrupt_at`` virtual seconds (its next event would be at or after it) or when its
+ledger meets ``interrupt_when`` (``cost_usd>0.5``, ``messages>=10000``: a ledger total,
+a comparison, a number). The store marks it ``interrupted``; ``megaactors inspect``
+shows it and ``megaactors resume`` continues it exactly as if it had never stopped (the
+trigger that fired is dropped from the run's options, so it fires once).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from megaactors.errors import ParameterError
+
+__all__ = ["LEDGER_TOTALS", "EditRefused", "RunInterrupted", "StateEdits", "check_condition", "due"]
+
+LEDGER_TOTALS = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd")
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq,
+}  # fmt: skip
+_CONDITION = re.compile(r"^\s*([a-z_]+)\s*(>=|<=|==|>|<)\s*([-+0-9.eE]+)\s*$")
+
+
+class RunInterrupted(Exception):
+    """A run stopped at a point for a human (not an error): where, and why."""
+
+    def __init__(self, step: int, virtual_time_s: float, trigger: str, reason: str) -> None:
+        super().__init__(reason)
+        self.step, self.virtual_time_s, self.reason = step, virtual_time_s, reason
+        self.trigger = trigger
+        """The option that fired (``interrupt_at`` or ``interrupt_when``): it fires once."""
+
+
+class EditRefused(ParameterError):
+    """A human's edit the run cannot take; nothing was written."""
+
+
+@dataclass
+class StateEdits:
+    """A human's edits of agents' behaviour states, made when an interrupted run resumes."""
+
+    who: str
+    states: dict[int, Any] = field(default_factory=dict)
+    """The new state of each edited agent (JSON data)."""
+
+    def apply(self, rt: Any) -> None:
+        """Replace the states in ``rt`` (a restored :class:`~megaactors.durable.state.DurableSim`);
+        :class:`ParameterError` for an agent that does not exist or a state that does not
+        have the shape of the one it replaces (what the behaviour could not read)."""
+        for agent, state in self.states.items():
+            if not 0 <= agent < len(rt.agents):
+                raise EditRefused(f"--set-state: there is no agent {agent} (the run has {len(rt.agents)})")
+            old = json.loads(json.dumps(rt.agents[agent].data))
+            problem = _shape_problem(old, state)
+            if problem:
+                raise EditRefused(f"--set-state: agent {agent}'s behaviour cannot read {json.dumps(state)}: {problem}")
+        for agent, state in self.states.items():
+            rt.agents[agent].data = json.loads(json.dumps(state))  # the agent's own copy
+            rt.tracker.touched(agent)
+
+    def note(self) -> dict[str, Any]:
+        """What a checkpoint's metadata records of the edit: who, when, what."""
+        states = json.loads(json.dumps({str(a): s for a, s in self.states.items()}))  # the agents change theirs
+        return {"who": self.who, "when": time.time(), "set_state": states}
+
+
+def _shape_problem(old: Any, new: Any, where: str = "the state", top: bool = True) -> str | None:
+    """Why ``new`` cannot stand in for ``old``, or None. Numbers stand for numbers; a
+    record (the top-level list, or a dict) keeps its length or keys and its items'
+    types; a list inside it (a memory, a queue) may have any length."""
+    number = (int, float)
+    if isinstance(old, number) and isinstance(new, number) and not isinstance(old, bool) and not isinstance(new, bool):
+        return None
+    if type(old) is not type(new):
+        return f"{where} is {type(old).__name__}, not {type(new).__name__}"
+    if isinstance(old, list) and top:
+        if len(old) != len(new):
+            return f"{where} has {len(old)} items, not {len(new)}"
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            problem = _shape_problem(a, b, f"item {i}", top=False)
+            if problem:
+                return problem
+    if isinstance(old, dict):
+        if set(old) != set(new):
+            return f"{where} has keys {sorted(old)}, not {sorted(new)}"
+        for key in old:
+            problem = _shape_problem(old[key], new[key], f"key {key!r}", top=False)
+            if problem:
+                return problem
+    return None
+
+
+def check_condition(text: str) -> tuple[str, str, float]:
+    """``NAME OP NUMBER`` over a ledger total, or :class:`ParameterError` naming what is wrong."""
+    m = _CONDITION.match(text)
+    if not m:
+        raise ParameterError(
+            f"interrupt when: expected NAME OP NUMBER (e.g. cost_usd>0.5; OP one of {', '.join(_OPS)}), got {text!r}"
+        )
+    name, op, number = m.groups()
+    if name not in LEDGER_TOTALS:
+        raise ParameterError(f"interrupt when: {name!r} is not a ledger total; one of {', '.join(LEDGER_TOTALS)}")
+    try:
+        value = float(number)
+    except ValueError:
+        raise ParameterError(f"interrupt when: {number!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ParameterError(f"interrupt when: {number!r} is not a finite number")
+    return name, op, value
+
+
+def due(next_event: float | None, ledger: Any, at: float | None, when: str | None) -> tuple[str, str] | None:
+    """Which trigger stops the run before its next super-step, and why (None: it goes on)."""
+    if at is not None and next_event is not None and next_event >= at:
+        return "interrupt_at", f"interrupted at {at:g} s of virtual time (--interrupt-at)"
+    if when is not None:
+        name, op, value = check_condition(when)
+        if _OPS[op](getattr(ledger, name), value):
+            why = f"interrupted when {name} {op} {value:g} ({name} = {getattr(ledger, name):g}; --interrupt-when)"
+            return "interrupt_when", why
+    return None
