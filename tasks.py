@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
-EXTRAS = "dev,notebooks,data,postgres,fast,ray"
+EXTRAS = "dev,notebooks,data,postgres,fast,ray,otel"
 
 
 def ensure_env() -> None:

@@ -126,9 +126,7 @@ def test_installed_behaviours_come_from_entry_points_and_the_built_ins() -> None
     assert names["chat-round"] == "megaactors.behaviours.chat_round:ChatRound"
     info = registry.resolve("chat-round")
     assert info.cls is ChatRound and info.parameter_names == ["rounds", "message_bytes", "output_tokens"]
-    from megaactors import __version__
-
-    assert info.version == __version__
+    assert info.version == ChatRound.version == "1"  # declared: megaactors' upgrades keep it
     out = megaactors("behaviours", "--json")
     assert out.returncode == 0, out.stderr
     listed = {d["name"]: d for d in json.loads(out.stdout)}
@@ -317,7 +315,8 @@ def test_a_user_behaviour_runs_identically_through_every_path(user_module: Path,
     with open_store(db, readonly=True) as store:
         result = store.get_run("w").result
     result.pop("wall_s")
-    assert result == reference
+    stored = {k: v for k, v in reference.items() if k not in ("status", "faults", "stalled")}  # run --json's own keys
+    assert result == stored
 
     # checkpointed, killed with SIGKILL mid-run, resumed
     ck = str(tmp_path / "ck.db")

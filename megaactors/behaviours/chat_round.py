@@ -91,6 +91,9 @@ class ChatRound:
     """``rounds`` chat rounds over any organisation."""
 
     name = "chat-round"
+    version = "1"
+    """This logic's version: bumped by a change that alters its results, so that a run
+    made with one is never resumed by another (megaactors' own upgrades keep it)."""
 
     def __init__(self, rounds: int = 1, message_bytes: int = 200, output_tokens: int | None = None) -> None:
         if rounds < 0:

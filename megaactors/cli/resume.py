@@ -126,8 +126,11 @@ def _edits(args: argparse.Namespace) -> Any:
 
 
 def print_summary(summary: Any, as_json: bool) -> int:
-    """Print a run's summary (readable, or one JSON object); return exit code 0."""
-    from megaactors.cli.run import format_summary
+    """Print a run's summary (readable, or one JSON object, with ``status``, ``faults``
+    and ``stalled`` as ``run`` prints them); return exit code 0."""
+    from megaactors.cli.run import format_summary, with_status
+
+    summary = with_status(dict(summary))
 
     if as_json:
         print(json.dumps(summary, sort_keys=True))

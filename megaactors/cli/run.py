@@ -86,7 +86,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.db or args.run_id:
         from megaactors.cli.resume import print_summary
 
-        return print_summary(with_status(run_checkpointed(args, spec)), args.json)
+        return print_summary(run_checkpointed(args, spec), args.json)
     options: dict[str, Any] = {}
     if args.time_scale is not None:
         options["time_scale"] = args.time_scale  # a RuntimeOptions field: runtimes in virtual time ignore it

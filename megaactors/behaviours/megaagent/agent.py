@@ -123,6 +123,9 @@ class MegaAgent:
     """The MegaAgent mechanism; see the module docstring."""
 
     name = "megaagent"
+    version = "1"
+    """This logic's version: bumped by a change that alters its results, so that a run
+    made with one is never resumed by another (megaactors' own upgrades keep it)."""
 
     def __init__(
         self,
