@@ -52,6 +52,8 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     job, rest = argv[0], argv[1:]
+    if job == "test" and not any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in rest):
+        rest = ["-n", str(min(os.cpu_count() or 1, 4)), *rest]  # pytest-xdist: one test process per core
     ensure_env()
     env = dict(os.environ, MPLBACKEND="Agg") if job in ("run", "test") else dict(os.environ)
     return subprocess.call([*jobs[job], *rest], cwd=ROOT, env=env)

@@ -13,6 +13,7 @@ import pytest
 
 from megaactors import RunSpec
 from megaactors.cli import main
+from megaactors.cli.run import with_status
 from megaactors.durable import RunQueue, open_store
 from megaactors.durable.worker import work
 
@@ -56,7 +57,7 @@ def test_interrupt_inspect_resume_gives_the_uninterrupted_result(
     code, out, err = call(capsys, "resume", "--checkpoint", db, "--run-id", "h", "--json")
     assert code == 0, err
     reference = SPEC.execute().summary()
-    assert without_wall(json.loads(out)) == without_wall(json.loads(json.dumps(reference)))
+    assert without_wall(json.loads(out)) == without_wall(json.loads(json.dumps(with_status(reference))))
 
 
 def test_workers_stop_interrupted_runs_and_leave_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -71,7 +72,7 @@ def test_workers_stop_interrupted_runs_and_leave_them(tmp_path: Path, capsys: py
     assert any("interrupted at 3 s" in line for line in lines), lines
     code, out, err = call(capsys, "resume", "--checkpoint", db, "--run-id", "q", "--json")
     assert code == 0, err
-    assert without_wall(json.loads(out)) == without_wall(json.loads(json.dumps(SPEC.execute().summary())))
+    assert without_wall(json.loads(out)) == without_wall(json.loads(json.dumps(with_status(SPEC.execute().summary()))))
 
 
 def test_bad_interrupts_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,4 +129,4 @@ def test_an_edit_is_recorded_and_replayed_by_a_later_resume(tmp_path: Path, caps
             run_durable(store, lease, spec, options, edits=StateEdits("ada", {3: edited}), lost=lambda: next(polls) > 3)
         assert store.end_lease("h", "w1", lease.fence)
         again = run_durable(store, store.claim("h", "w2", __version__, 30), spec, options)
-    assert without_wall(json.loads(json.dumps(again.summary()))) == result
+    assert without_wall(json.loads(json.dumps(with_status(again.summary())))) == result

@@ -76,7 +76,7 @@ def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     check_budget(args, [spec])
     if args.trace_out is not None:
-        summary = run_traced(args, spec)
+        summary = with_status(run_traced(args, spec))
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
     if args.collect is not None or args.collect_every is not None:

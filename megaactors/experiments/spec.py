@@ -103,11 +103,6 @@ class RunSpec:
     price_out: float | None = param(
         None, "output price (default: the model's list price)", unit="$ per M tokens", minimum=0, maximum=1e6
     )
-    behaviour_params: dict[str, Any] = field(default_factory=dict, hash=False)
-    """The behaviour's constructor arguments (plain JSON data), by name."""
-    behaviour_version: str | None = field(default=None, compare=False)
-    """The behaviour's version when the run was made (:mod:`~megaactors.behaviours.registry`);
-    a spec with another version than the installed one is refused."""
     net_latency: str | None = param(
         None, "delivery latency: CHANNEL=SECONDS,... (intra, admin, hierarchy, cross) or one number for all", unit="s"
     )
@@ -116,6 +111,11 @@ class RunSpec:
     faults: str | None = param(
         None, "faults: drop=P,duplicate=P,delay=P,crash=P,... or a .toml/.json file (see the README)"
     )
+    behaviour_params: dict[str, Any] = field(default_factory=dict, hash=False)
+    """The behaviour's constructor arguments (plain JSON data), by name."""
+    behaviour_version: str | None = field(default=None, compare=False)
+    """The behaviour's version when the run was made (:mod:`~megaactors.behaviours.registry`);
+    a spec with another version than the installed one is refused."""
 
     def __post_init__(self) -> None:
         for name, declaration in PARAMETERS.items():
