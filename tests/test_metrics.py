@@ -37,7 +37,8 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def test_a_worker_s_metrics_are_scraped_while_it_runs(tmp_path: Path) -> None:
     db = str(tmp_path / "q.db")
-    specs = [RunSpec(topology="two-tier", agents=600, group_size=10, rounds=3, seed=s) for s in (1, 2)]
+    # runs long enough (seconds) that the worker renews its 0.9 s lease during each
+    specs = [RunSpec(topology="two-tier", agents=4000, group_size=10, rounds=2, seed=s) for s in (1, 2)]
     with open_store(db, create=True) as store:
         queue = RunQueue(store)
         for s in specs:
