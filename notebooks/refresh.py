@@ -85,10 +85,18 @@ def text_outputs(notebook: Any) -> list[list[str]]:
     for cell in notebook.cells:
         if cell.cell_type != "code":
             continue
-        texts = []
+        texts: list[str] = []
+        streaming = False  # consecutive stdout chunks are one text: the kernel splits them at will
         for output in cell.get("outputs", []):
             if output.get("output_type") == "stream" and output.get("name") == "stdout":
-                texts.append(_ADDRESS.sub(" at 0x…", "".join(output["text"])))
+                chunk = _ADDRESS.sub(" at 0x…", "".join(output["text"]))
+                if streaming:
+                    texts[-1] += chunk
+                else:
+                    texts.append(chunk)
+                streaming = True
+                continue
+            streaming = False
             data = output.get("data", {})
             for kind in ("text/plain", "text/markdown"):
                 if kind in data:

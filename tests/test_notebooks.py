@@ -99,3 +99,18 @@ def test_jupyter_lab_serves_the_notebooks_with_the_widget_extension(tmp_path: Pa
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_stdout_split_into_chunks_compares_as_the_text_it_prints() -> None:
+    """The kernel flushes stdout whenever it likes: the same prints may be stored as one
+    stream output or several, and must compare equal; a different text must not."""
+    def notebook(*chunks: str, plain: str = "42") -> nbformat.NotebookNode:
+        outputs = [nbformat.v4.new_output("stream", name="stdout", text=c) for c in chunks]
+        outputs.append(nbformat.v4.new_output("execute_result", data={"text/plain": plain}, execution_count=1))
+        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print()", outputs=outputs)])
+
+    whole = refresh.text_outputs(notebook("a line\nanother\n"))
+    assert whole == [["a line\nanother\n", "42"]]
+    assert refresh.text_outputs(notebook("a line", "\n", "another\n")) == whole
+    assert refresh.text_outputs(notebook("a line\n", "other\n")) != whole
+    assert refresh.text_outputs(notebook("a line\nanother\n", plain="43")) != whole
