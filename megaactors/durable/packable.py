@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
 import numpy as np
 
-from megaactors.errors import UncheckpointableError
-
-__all__ = ["STORABLE", "check_initial_states", "explain", "first_unpackable"]
+__all__ = ["STORABLE", "explain", "first_unpackable"]
 
 STORABLE = "None, booleans, integers of 64 bits, floats, strings, bytes, lists, tuples and dicts"
 _SCALARS = (type(None), bool, float, str, bytes, bytearray)
@@ -71,15 +68,3 @@ def explain(state: dict[str, Any]) -> str:
 
 
 _HINT = f" (a checkpoint stores {STORABLE})"
-
-
-def check_initial_states(behaviour: Any, org: Any) -> None:
-    """Raise :class:`UncheckpointableError` if an agent's initial state cannot be
-    checkpointed (checked before a checkpointed run is created)."""
-    for a in range(org.n):
-        state = behaviour.init(a, org)
-        try:
-            msgpack.packb(state, use_bin_type=True)
-        except (TypeError, ValueError, OverflowError):
-            found = first_unpackable(state) or "msgpack refused it"
-            raise UncheckpointableError(f"agent {a}'s state cannot be checkpointed: {found}{_HINT}") from None
