@@ -13,7 +13,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["STORABLE", "explain", "first_unpackable"]
+from megaactors.durable.blob import pack_state
+from megaactors.errors import UncheckpointableError
+
+__all__ = ["STORABLE", "explain", "first_unpackable", "pack_checked"]
 
 STORABLE = "None, booleans, integers of 64 bits, floats, strings, bytes, lists, tuples and dicts"
 _SCALARS = (type(None), bool, float, str, bytes, bytearray)
@@ -68,3 +71,12 @@ def explain(state: dict[str, Any]) -> str:
 
 
 _HINT = f" (a checkpoint stores {STORABLE})"
+
+
+def pack_checked(state: dict[str, Any]) -> bytes:
+    """``state`` packed for a checkpoint; :class:`UncheckpointableError` (:func:`explain`)
+    if msgpack refuses a value of it."""
+    try:
+        return pack_state(state)
+    except (TypeError, ValueError, OverflowError):
+        raise UncheckpointableError(explain(state)) from None
