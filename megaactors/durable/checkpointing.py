@@ -359,10 +359,11 @@ def _run_durable(
             wall_before = rt.wall_s
             every = options.checkpoint_every
             written = step
+            when = None if options.interrupt_when is None else check_condition(options.interrupt_when)
             while not rt.finished:
                 if lost is not None and lost():
                     raise FencingError(f"run {run_id!r}: lease lost (heartbeat) at super-step {step}")
-                fired = due(rt.next_event_time, rt.ledger, options.interrupt_at, options.interrupt_when)
+                fired = due(rt.next_event_time, rt.ledger, options.interrupt_at, when)
                 if fired is not None:
                     rt.wall_s = wall_before + time.perf_counter() - wall0
                     if written != step:

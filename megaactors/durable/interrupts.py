@@ -118,12 +118,15 @@ def check_condition(text: str) -> tuple[str, str, float]:
     return name, op, value
 
 
-def due(next_event: float | None, ledger: Any, at: float | None, when: str | None) -> tuple[str, str] | None:
-    """Which trigger stops the run before its next super-step, and why (None: it goes on)."""
+def due(
+    next_event: float | None, ledger: Any, at: float | None, when: tuple[str, str, float] | None
+) -> tuple[str, str] | None:
+    """Which trigger stops the run before its next super-step, and why (None: it goes on);
+    ``when`` as :func:`check_condition` reads it."""
     if at is not None and next_event is not None and next_event >= at:
         return "interrupt_at", f"interrupted at {at:g} s of virtual time (--interrupt-at)"
     if when is not None:
-        name, op, value = check_condition(when)
+        name, op, value = when
         if _OPS[op](getattr(ledger, name), value):
             why = f"interrupted when {name} {op} {value:g} ({name} = {getattr(ledger, name):g}; --interrupt-when)"
             return "interrupt_when", why
