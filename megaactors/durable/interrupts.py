@@ -39,6 +39,10 @@ class RunInterrupted(Exception):
         self.trigger = trigger
         """The option that fired (``interrupt_at`` or ``interrupt_when``): it fires once."""
 
+    def going_on(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The run's ``options`` to continue with: without the trigger that fired, so it fires once."""
+        return {**options, self.trigger: None}
+
 
 class EditRefused(ParameterError):
     """A human's edit the run cannot take; nothing was written."""

@@ -130,7 +130,7 @@ def _execute(
             log(f"worker {lease.owner}: run {lease.run_id!r} ran from {start} to super-step {progress.super_steps}")
         except RunInterrupted as stop:
             log(f"worker {lease.owner}: run {lease.run_id!r} {stop.reason} at super-step {stop.step}")
-            reason, going_on = stop.reason, {**options.as_dict(), stop.trigger: None}  # the trigger fires once
+            reason, going_on = stop.reason, stop.going_on(options.as_dict())
             retry_busy(lambda: store.interrupt(lease, reason, going_on))
             return "interrupted"
         except FencingError as exc:
