@@ -131,7 +131,11 @@ def _execute(
         except RunInterrupted as stop:
             log(f"worker {lease.owner}: run {lease.run_id!r} {stop.reason} at super-step {stop.step}")
             reason, going_on = stop.reason, stop.going_on(options.as_dict())
-            retry_busy(lambda: store.interrupt(lease, reason, going_on))
+            try:
+                retry_busy(lambda: store.interrupt(lease, reason, going_on), log=busy_log)
+            except FencingError as exc:  # cancelled or taken over meanwhile: not this worker's to stop
+                log(f"worker {lease.owner}: {exc}")
+                return "lost"
             return "interrupted"
         except FencingError as exc:
             log(f"worker {lease.owner}: {exc}")
