@@ -14,8 +14,9 @@ import pytest
 from megaactors import RunSpec
 from megaactors.cli import main
 from megaactors.cli.run import with_status
-from megaactors.durable import RunQueue, open_store
-from megaactors.durable.worker import work
+from megaactors.durable import DurableOptions, MemoryStore, RunQueue, open_store
+from megaactors.durable.metrics import WorkerMetrics
+from megaactors.durable.worker import execute_claimed, work
 
 RUN = ["--topology", "two-tier", "--agents", "120", "--group-size", "10", "--rounds", "3", "--seed", "2"]
 SPEC = RunSpec(topology="two-tier", agents=120, group_size=10, rounds=3, seed=2)
@@ -130,3 +131,22 @@ def test_an_edit_is_recorded_and_replayed_by_a_later_resume(tmp_path: Path, caps
         assert store.end_lease("h", "w1", lease.fence)
         again = run_durable(store, store.claim("h", "w2", __version__, 30), spec, options)
     assert without_wall(json.loads(json.dumps(with_status(again.summary())))) == result
+
+
+def test_a_worker_that_loses_the_run_as_it_stops_it_reports_it_lost() -> None:
+    store = MemoryStore()
+    queue = RunQueue(store)
+    queue.submit(SPEC, DurableOptions(interrupt_at=0.0).as_dict(), run_id="q")
+
+    class CancelledMeanwhile(WorkerMetrics):
+        def checkpoint_written(self, seconds: float, nbytes: int) -> None:
+            super().checkpoint_written(seconds, nbytes)
+            store.cancel("q", "cancelled by hand")  # as the run reaches its interrupt
+
+    lease = queue.claim_next("w")
+    assert lease is not None
+    lines: list[str] = []
+    assert execute_claimed(store, lease, log=lines.append, metrics=CancelledMeanwhile()) == "lost"
+    run = store.get_run("q")
+    assert (run.status, run.error) == ("cancelled", "cancelled by hand")
+    assert any("lease lost" in line for line in lines), lines

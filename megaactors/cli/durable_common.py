@@ -162,7 +162,7 @@ def execute_under_lease(
             store.interrupt(lease, store.get_run(lease.run_id).error or "an edit was refused", options.as_dict())
             raise
         except RunInterrupted as stop:
-            store.interrupt(lease, stop.reason, {**options.as_dict(), stop.trigger: None})
+            store.interrupt(lease, stop.reason, stop.going_on(options.as_dict()))
             return {"status": "interrupted", "run_id": lease.run_id, "step": stop.step,
                     "virtual_time_s": stop.virtual_time_s, "reason": stop.reason}  # fmt: skip
         except FencingError:

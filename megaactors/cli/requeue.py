@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from megaactors.cli.common import CommandError, add_param
+from megaactors.cli.common import add_param
 from megaactors.cli.durable_common import add_store_option, open_for, run_id
 from megaactors.cli.submit import MAX_ATTEMPTS
 
@@ -31,13 +31,7 @@ def register(sub: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     with open_for(args.db) as store:
-        if args.dead:
-            ids = [r.run_id for r in store.list_runs("dead")]
-        else:
-            run = store.get_run(args.run_id)
-            if run.status != "dead":
-                raise CommandError(f"run {args.run_id!r} is {run.status}; only dead runs are requeued")
-            ids = [args.run_id]
+        ids = [r.run_id for r in store.list_runs("dead")] if args.dead else [args.run_id]
         for rid in ids:
             store.requeue(rid, args.max_attempts)
     if args.json:

@@ -37,7 +37,6 @@ __all__ = ["encode_agent_rows", "load_agent_rows"]
 
 _AGENT = tuple(map(attrgetter, ("phase", "data", "batch_tokens", "pending", "outbox")))
 _MEMORY = attrgetter("memory")
-_FIRST_ID = attrgetter("first_id")
 _FIRST = itemgetter(0)
 _SECOND = itemgetter(1)
 _THIRD = itemgetter(2)

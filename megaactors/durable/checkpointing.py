@@ -46,7 +46,7 @@ from megaactors.core.behaviour import Behaviour, check_organisation
 from megaactors.durable import spans
 from megaactors.durable.interrupts import EditRefused, RunInterrupted, StateEdits, check_condition, due
 from megaactors.durable.outbox import Outbox
-from megaactors.durable.packable import explain
+from megaactors.durable.packable import pack_checked
 from megaactors.durable.runqueue import retry_busy
 from megaactors.durable.state import DurableSim
 from megaactors.durable.store import (
@@ -59,7 +59,6 @@ from megaactors.durable.store import (
     pack_state,
     seal_state,
 )
-from megaactors.errors import UncheckpointableError
 from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.result import RunResult
@@ -191,10 +190,7 @@ class _Writer:
             kind = "full" if self.since_full >= self.full_ratio * self.full_bytes else "delta"
             state = rt.full() if kind == "full" else rt.delta()
         full = kind != "delta"
-        try:
-            packed = pack_state(state)
-        except (TypeError, ValueError, OverflowError):
-            raise UncheckpointableError(explain(state)) from None
+        packed = pack_checked(state)
         self.progress.capture_s += time.perf_counter() - t0
         led = rt.ledger
         meta: dict[str, Any] = {
@@ -335,21 +331,7 @@ def _run_durable(
     def gate(agent: int, index: int, call: Any, run: Callable[[], Any]) -> Any:
         return outbox.perform(f"{run_id}/tool/{index}", "tool", {"agent": agent, "tool": call.name}, run)
 
-    org = spec.organisation()
-    behaviour = behaviour if behaviour is not None else spec.build_behaviour()
-    check_organisation(behaviour, org)
-    rt = DurableSim(
-        org,
-        behaviour,
-        spec.llm(),
-        seed=spec.seed,
-        max_concurrent_llm=spec.max_concurrent_llm,
-        serial=spec.serial,
-        trace=spec.trace,
-        tools=tools,
-        on_llm_call=on_llm_call,
-        tool_gate=gate,
-    )
+    rt = _simulation(spec, behaviour, tools=tools, on_llm_call=on_llm_call, tool_gate=gate)
     writer = _Writer(store, lease, options.full_ratio, progress)
     latest = store.latest(run_id)
     try:
@@ -377,10 +359,11 @@ def _run_durable(
             wall_before = rt.wall_s
             every = options.checkpoint_every
             written = step
+            when = None if options.interrupt_when is None else check_condition(options.interrupt_when)
             while not rt.finished:
                 if lost is not None and lost():
                     raise FencingError(f"run {run_id!r}: lease lost (heartbeat) at super-step {step}")
-                fired = due(rt.next_event_time, rt.ledger, options.interrupt_at, options.interrupt_when)
+                fired = due(rt.next_event_time, rt.ledger, options.interrupt_at, when)
                 if fired is not None:
                     rt.wall_s = wall_before + time.perf_counter() - wall0
                     if written != step:
@@ -414,11 +397,28 @@ def _run_durable(
     return result
 
 
+def _simulation(spec: RunSpec, behaviour: Behaviour | None = None, **options: Any) -> DurableSim:
+    """``spec``'s simulation for a checkpointed run, once its behaviour (by default the
+    spec's) accepts the organisation; ``options`` go to :class:`DurableSim` (``trace``
+    by default the spec's)."""
+    org = spec.organisation()
+    behaviour = behaviour if behaviour is not None else spec.build_behaviour()
+    check_organisation(behaviour, org)
+    options.setdefault("trace", spec.trace)
+    return DurableSim(
+        org,
+        behaviour,
+        spec.llm(),
+        seed=spec.seed,
+        max_concurrent_llm=spec.max_concurrent_llm,
+        serial=spec.serial,
+        **options,
+    )
+
+
 def restored(store: CheckpointLog, run_id: str, step: int) -> DurableSim:
     """The simulation of ``run_id`` as it was at checkpointed super-step ``step``."""
-    spec = RunSpec.from_dict(store.get_run(run_id).params)
-    rt = DurableSim(spec.organisation(), spec.build_behaviour(), spec.llm(), seed=spec.seed,
-                    max_concurrent_llm=spec.max_concurrent_llm, serial=spec.serial, trace=spec.trace)  # fmt: skip
+    rt = _simulation(RunSpec.from_dict(store.get_run(run_id).params))
     chain = store.chain(run_id, step)
     rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
     return rt
@@ -429,17 +429,9 @@ def preflight(spec: RunSpec) -> None:
     behaviour's refusal of the organisation, and a state a checkpoint cannot store
     (:class:`~megaactors.errors.UncheckpointableError`, naming the agent and the
     value), show before a durable run is created."""
-    org = spec.organisation()
-    behaviour = spec.build_behaviour()
-    check_organisation(behaviour, org)
-    rt = DurableSim(org, behaviour, spec.llm(), seed=spec.seed, max_concurrent_llm=spec.max_concurrent_llm,
-                    serial=spec.serial, trace=False)  # fmt: skip
+    rt = _simulation(spec, trace=False)
     rt.start()
-    state = rt.full()
-    try:
-        pack_state(state)
-    except (TypeError, ValueError, OverflowError):
-        raise UncheckpointableError(explain(state)) from None
+    pack_checked(rt.full())
 
 
 def fork_run(

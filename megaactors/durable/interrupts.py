@@ -39,6 +39,10 @@ class RunInterrupted(Exception):
         self.trigger = trigger
         """The option that fired (``interrupt_at`` or ``interrupt_when``): it fires once."""
 
+    def going_on(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The run's ``options`` to continue with: without the trigger that fired, so it fires once."""
+        return {**options, self.trigger: None}
+
 
 class EditRefused(ParameterError):
     """A human's edit the run cannot take; nothing was written."""
@@ -118,12 +122,15 @@ def check_condition(text: str) -> tuple[str, str, float]:
     return name, op, value
 
 
-def due(next_event: float | None, ledger: Any, at: float | None, when: str | None) -> tuple[str, str] | None:
-    """Which trigger stops the run before its next super-step, and why (None: it goes on)."""
+def due(
+    next_event: float | None, ledger: Any, at: float | None, when: tuple[str, str, float] | None
+) -> tuple[str, str] | None:
+    """Which trigger stops the run before its next super-step, and why (None: it goes on);
+    ``when`` as :func:`check_condition` reads it."""
     if at is not None and next_event is not None and next_event >= at:
         return "interrupt_at", f"interrupted at {at:g} s of virtual time (--interrupt-at)"
     if when is not None:
-        name, op, value = check_condition(when)
+        name, op, value = when
         if _OPS[op](getattr(ledger, name), value):
             why = f"interrupted when {name} {op} {value:g} ({name} = {getattr(ledger, name):g}; --interrupt-when)"
             return "interrupt_when", why

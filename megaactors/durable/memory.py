@@ -19,13 +19,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from megaactors.durable.store import (
-    DEPLOY_STATES,
     CheckpointRecord,
     CheckpointStore,
     Compensation,
     Lease,
     OutboxEntry,
     RunRecord,
+    check_deploy_state,
+    check_max_attempts,
+    check_new_run,
     checked_checkpoint,
     fence_error,
 )
@@ -93,10 +95,7 @@ class MemoryStore(CheckpointStore):
         owner: str | None = None,
         lease_s: float | None = None,
     ) -> Lease | None:
-        if not isinstance(run_id, str) or not run_id:
-            raise StoreError(f"a run id must be a non-empty string, got {run_id!r}")
-        if max_attempts < 1:
-            raise StoreError(f"max attempts must be >= 1, got {max_attempts}")
+        check_new_run(run_id, max_attempts)
         with self._t.lock:
             if run_id in self._t.runs:
                 raise RunExistsError(f"run {run_id!r} already exists")
@@ -194,8 +193,7 @@ class MemoryStore(CheckpointStore):
             run.updated_at = self.now()
 
     def set_deploy(self, version: str, state: str, *, only_if_unknown: bool = False) -> None:
-        if state not in DEPLOY_STATES:
-            raise StoreError(f"a deploy state is one of {', '.join(DEPLOY_STATES)}, got {state!r}")
+        check_deploy_state(state)
         with self._t.lock:
             if not (only_if_unknown and version in self._t.deploys):
                 self._t.deploys[version] = state
@@ -214,8 +212,7 @@ class MemoryStore(CheckpointStore):
             return True
 
     def requeue(self, run_id: str, max_attempts: int | None = None) -> None:
-        if max_attempts is not None and max_attempts < 1:
-            raise StoreError(f"max attempts must be >= 1, got {max_attempts}")
+        check_max_attempts(max_attempts)
         with self._t.lock:
             run = self._run(run_id)
             if run.status != "dead":
@@ -270,36 +267,16 @@ class MemoryStore(CheckpointStore):
             rows = self._t.checkpoints.get(run_id, {})
             return [replace(r) for s, r in sorted(rows.items()) if first <= s <= last]
 
-    def fork(
-        self,
-        run_id: str,
-        step: int,
-        new_run_id: str,
-        *,
-        params: dict[str, Any] | None = None,
-        options: dict[str, Any] | None = None,
-        max_attempts: int | None = None,
-        snapshot: tuple[dict[str, Any], bytes] | None = None,
-    ) -> None:
-        source = self.get_run(run_id)
-        chain = self.chain(run_id, step)
-        if snapshot is not None:
-            meta, state = snapshot
-            chain = [CheckpointRecord(new_run_id, step, None, step, "full", meta, len(state), 0.0, state)]
+    def _add_fork(self, run: RunRecord, chain: builtins.list[CheckpointRecord]) -> None:
         with self._t.lock:
-            if new_run_id in self._t.runs:
-                raise RunExistsError(f"run {new_run_id!r} already exists")
+            if run.run_id in self._t.runs:
+                raise RunExistsError(f"run {run.run_id!r} already exists")
             now = self.now()
-            self._t.runs[new_run_id] = RunRecord(
-                new_run_id,
-                _copy(source.params if params is None else params),
-                _copy(source.options if options is None else options),
-                "queued", None, None, 0, 0,
-                source.max_attempts if max_attempts is None else max_attempts,
-                source.version, now, now, step=step, parent_run=run_id, parent_step=step,
-            )  # fmt: skip
-            self._t.checkpoints[new_run_id] = {
-                r.step: replace(r, run_id=new_run_id, meta=_copy(r.meta), created_at=now) for r in chain
+            self._t.runs[run.run_id] = replace(
+                run, params=_copy(run.params), options=_copy(run.options), created_at=now, updated_at=now
+            )
+            self._t.checkpoints[run.run_id] = {
+                r.step: replace(r, run_id=run.run_id, meta=_copy(r.meta), created_at=now) for r in chain
             }
 
     def prune(self, run_id: str, keep: int) -> int:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
 import numpy as np
 
+from megaactors.durable.blob import pack_state
 from megaactors.errors import UncheckpointableError
 
-__all__ = ["STORABLE", "check_initial_states", "explain", "first_unpackable"]
+__all__ = ["STORABLE", "explain", "first_unpackable", "pack_checked"]
 
 STORABLE = "None, booleans, integers of 64 bits, floats, strings, bytes, lists, tuples and dicts"
 _SCALARS = (type(None), bool, float, str, bytes, bytearray)
@@ -73,13 +73,10 @@ def explain(state: dict[str, Any]) -> str:
 _HINT = f" (a checkpoint stores {STORABLE})"
 
 
-def check_initial_states(behaviour: Any, org: Any) -> None:
-    """Raise :class:`UncheckpointableError` if an agent's initial state cannot be
-    checkpointed (checked before a checkpointed run is created)."""
-    for a in range(org.n):
-        state = behaviour.init(a, org)
-        try:
-            msgpack.packb(state, use_bin_type=True)
-        except (TypeError, ValueError, OverflowError):
-            found = first_unpackable(state) or "msgpack refused it"
-            raise UncheckpointableError(f"agent {a}'s state cannot be checkpointed: {found}{_HINT}") from None
+def pack_checked(state: dict[str, Any]) -> bytes:
+    """``state`` packed for a checkpoint; :class:`UncheckpointableError` (:func:`explain`)
+    if msgpack refuses a value of it."""
+    try:
+        return pack_state(state)
+    except (TypeError, ValueError, OverflowError):
+        raise UncheckpointableError(explain(state)) from None

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from megaactors.durable.sql_base import SQLConnection, to_json
-from megaactors.durable.store import CheckpointLog, CheckpointRecord, Lease, checked_checkpoint
+from megaactors.durable.store import CheckpointLog, CheckpointRecord, Lease, RunRecord, checked_checkpoint
 from megaactors.errors import RunExistsError, StoreError
 
 __all__ = ["SQLCheckpointLog"]
@@ -85,45 +85,30 @@ class SQLCheckpointLog(SQLConnection, CheckpointLog):
         )
         return [self._row_to_cp(r) for r in rows]
 
-    def fork(
-        self,
-        run_id: str,
-        step: int,
-        new_run_id: str,
-        *,
-        params: dict[str, Any] | None = None,
-        options: dict[str, Any] | None = None,
-        max_attempts: int | None = None,
-        snapshot: tuple[dict[str, Any], bytes] | None = None,
-    ) -> None:
-        source = self.get_run(run_id)
-        chain = self.chain(run_id, step)
-        if snapshot is not None:
-            meta, state = snapshot
-            chain = [CheckpointRecord(new_run_id, step, None, step, "full", meta, len(state), 0.0, state)]
+    def _add_fork(self, run: RunRecord, chain: builtins.list[CheckpointRecord]) -> None:
         with self._write():
-            if self._one("SELECT 1 FROM megaactors_runs WHERE run_id = ?", (new_run_id,)) is not None:
-                raise RunExistsError(f"run {new_run_id!r} already exists")
+            if self._one("SELECT 1 FROM megaactors_runs WHERE run_id = ?", (run.run_id,)) is not None:
+                raise RunExistsError(f"run {run.run_id!r} already exists")
             self._run(
                 "INSERT INTO megaactors_runs (run_id, params, options, status, fence, attempts, max_attempts, "
                 "version, created_at, updated_at, step, parent_run, parent_step) "
                 "VALUES (?, ?, ?, 'queued', 0, 0, ?, ?, {NOW}, {NOW}, ?, ?, ?)",
                 (
-                    new_run_id,
-                    to_json(source.params if params is None else params),
-                    to_json(source.options if options is None else options),
-                    source.max_attempts if max_attempts is None else max_attempts,
-                    source.version,
-                    step,
-                    run_id,
-                    step,
+                    run.run_id,
+                    to_json(run.params),
+                    to_json(run.options),
+                    run.max_attempts,
+                    run.version,
+                    run.step,
+                    run.parent_run,
+                    run.parent_step,
                 ),
             )
             for r in chain:
                 self._run(
                     "INSERT INTO megaactors_checkpoints (run_id, step, parent_step, base_step, kind, meta, nbytes, "
                     "created_at, state) VALUES (?, ?, ?, ?, ?, ?, ?, {NOW}, ?)",
-                    (new_run_id, r.step, r.parent_step, r.base_step, r.kind, to_json(r.meta), r.nbytes, r.state),
+                    (run.run_id, r.step, r.parent_step, r.base_step, r.kind, to_json(r.meta), r.nbytes, r.state),
                 )
 
     def prune(self, run_id: str, keep: int) -> int:

@@ -7,7 +7,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from megaactors.durable.sql_base import RUN_COLUMNS, SQLConnection, from_json, to_json
-from megaactors.durable.store import DEPLOY_STATES, Lease, RunQueueStore, RunRecord
+from megaactors.durable.store import (
+    Lease,
+    RunQueueStore,
+    RunRecord,
+    check_deploy_state,
+    check_max_attempts,
+    check_new_run,
+)
 from megaactors.errors import LeaseHeldError, RunExistsError, StoreError, UnknownRunError, VersionMismatchError
 from megaactors.redact import redact
 
@@ -55,10 +62,7 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
         owner: str | None = None,
         lease_s: float | None = None,
     ) -> Lease | None:
-        if not isinstance(run_id, str) or not run_id:
-            raise StoreError(f"a run id must be a non-empty string, got {run_id!r}")
-        if max_attempts < 1:
-            raise StoreError(f"max attempts must be >= 1, got {max_attempts}")
+        check_new_run(run_id, max_attempts)
         with self._write():
             if self._one("SELECT 1 FROM megaactors_runs WHERE run_id = ?", (run_id,)) is not None:
                 raise RunExistsError(f"run {run_id!r} already exists")
@@ -219,8 +223,7 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
         return bool(n)
 
     def requeue(self, run_id: str, max_attempts: int | None = None) -> None:
-        if max_attempts is not None and max_attempts < 1:
-            raise StoreError(f"max attempts must be >= 1, got {max_attempts}")
+        check_max_attempts(max_attempts)
         with self._write():
             row = self._one("SELECT status FROM megaactors_runs WHERE run_id = ? {LOCK}", (run_id,))
             if row is None:
@@ -234,8 +237,7 @@ class SQLRunQueue(SQLConnection, RunQueueStore):
             )
 
     def set_deploy(self, version: str, state: str, *, only_if_unknown: bool = False) -> None:
-        if state not in DEPLOY_STATES:
-            raise StoreError(f"a deploy state is one of {', '.join(DEPLOY_STATES)}, got {state!r}")
+        check_deploy_state(state)
         key = _DEPLOY + version
         with self._write():
             known = self._one("SELECT value FROM megaactors_meta WHERE key = ? {LOCK}", (key,)) is not None

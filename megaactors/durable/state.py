@@ -35,7 +35,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from itertools import chain, compress
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -74,9 +74,6 @@ ToolGate = Callable[[int, int, ToolCall, Callable[[], Any]], Any]
 
 _SENDER = attrgetter("sender")
 _CHANNEL = attrgetter("channel")
-_INBOX = attrgetter("inbox")
-_FIRST_ID = attrgetter("first_id")
-_FIRST = itemgetter(0)
 
 
 class ChangeTracker:

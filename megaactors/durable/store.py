@@ -78,7 +78,10 @@ __all__ = [
     "StoreError",
     "UnknownRunError",
     "VersionMismatchError",
+    "check_deploy_state",
     "check_header",
+    "check_max_attempts",
+    "check_new_run",
     "checked_checkpoint",
     "decode_state",
     "encode_state",
@@ -211,6 +214,26 @@ def checked_checkpoint(
         raise StoreError(f"run {run_id!r}: step {step} is not after the latest checkpoint {latest}")
     if latest != parent_step:
         raise StoreError(f"run {run_id!r}: step {step} names parent {parent_step}; latest is {latest}")
+
+
+def check_new_run(run_id: Any, max_attempts: int | None) -> None:
+    """Raise :class:`StoreError` unless ``run_id`` is a non-empty string and
+    ``max_attempts`` is None (kept as it is) or at least 1."""
+    if not isinstance(run_id, str) or not run_id:
+        raise StoreError(f"a run id must be a non-empty string, got {run_id!r}")
+    check_max_attempts(max_attempts)
+
+
+def check_max_attempts(max_attempts: int | None) -> None:
+    """Raise :class:`StoreError` unless ``max_attempts`` is None (kept as it is) or at least 1."""
+    if max_attempts is not None and max_attempts < 1:
+        raise StoreError(f"max attempts must be >= 1, got {max_attempts}")
+
+
+def check_deploy_state(state: str) -> None:
+    """Raise :class:`StoreError` unless ``state`` is one of :data:`DEPLOY_STATES`."""
+    if state not in DEPLOY_STATES:
+        raise StoreError(f"a deploy state is one of {', '.join(DEPLOY_STATES)}, got {state!r}")
 
 
 class StoreConnection(ABC):
@@ -370,7 +393,6 @@ class CheckpointLog(StoreConnection):
     def checkpoints_between(self, run_id: str, first: int, last: int) -> builtins.list[CheckpointRecord]:
         """Checkpoints with ``first <= step <= last`` with their states, oldest first."""
 
-    @abstractmethod
     def fork(
         self,
         run_id: str,
@@ -385,6 +407,28 @@ class CheckpointLog(StoreConnection):
         """A new queued run that starts from ``step`` of ``run_id`` (a what-if): it
         gets a copy of the checkpoints that restore ``step``, or, with ``snapshot``
         (metadata and state), that full snapshot of ``step`` alone."""
+        check_new_run(new_run_id, max_attempts)
+        source = self.get_run(run_id)
+        if snapshot is None:
+            chain = self.chain(run_id, step)
+        else:
+            self.get(run_id, step)  # the source step must exist; its chain is not copied
+            meta, state = snapshot
+            chain = [CheckpointRecord(new_run_id, step, None, step, "full", meta, len(state), 0.0, state)]
+        run = RunRecord(
+            new_run_id,
+            source.params if params is None else params,
+            source.options if options is None else options,
+            "queued", None, None, 0, 0,
+            source.max_attempts if max_attempts is None else max_attempts,
+            source.version, 0.0, 0.0, step=step, parent_run=run_id, parent_step=step,
+        )  # fmt: skip
+        self._add_fork(run, chain)
+
+    @abstractmethod
+    def _add_fork(self, run: RunRecord, chain: builtins.list[CheckpointRecord]) -> None:
+        """Add the forked ``run`` (its times are the store's to set) with copies of
+        ``chain`` as its checkpoints, in one write; :class:`RunExistsError` if its id is taken."""
 
     @abstractmethod
     def prune(self, run_id: str, keep: int) -> int:

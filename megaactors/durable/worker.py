@@ -130,8 +130,12 @@ def _execute(
             log(f"worker {lease.owner}: run {lease.run_id!r} ran from {start} to super-step {progress.super_steps}")
         except RunInterrupted as stop:
             log(f"worker {lease.owner}: run {lease.run_id!r} {stop.reason} at super-step {stop.step}")
-            reason, going_on = stop.reason, {**options.as_dict(), stop.trigger: None}  # the trigger fires once
-            retry_busy(lambda: store.interrupt(lease, reason, going_on))
+            reason, going_on = stop.reason, stop.going_on(options.as_dict())
+            try:
+                retry_busy(lambda: store.interrupt(lease, reason, going_on), log=busy_log)
+            except FencingError as exc:  # cancelled or taken over meanwhile: not this worker's to stop
+                log(f"worker {lease.owner}: {exc}")
+                return "lost"
             return "interrupted"
         except FencingError as exc:
             log(f"worker {lease.owner}: {exc}")
