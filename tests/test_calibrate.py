@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from megaactors.errors import ParameterError
-from megaactors.providers.calibration import fit, read_call_logs
+from megaactors.providers.calibration import fit, read_call_logs, save_model
 from megaactors.providers.presets import LATENCY_PRESETS, latency_model
 
 TRUE = {"median_s": 0.8, "sigma": 0.5, "prefill_s_per_token": 2e-4, "per_output_token_s": 0.02}
@@ -67,6 +67,18 @@ def test_calibrate_writes_a_model_file_a_run_then_uses(tmp_path: Path) -> None:
     preset = megaactors("run", "-n", "30", "--llm-model", "local-8b", "--json")
     assert slow.returncode == preset.returncode == 0, slow.stderr + preset.stderr
     assert json.loads(slow.stdout)["virtual_time_s"] > 2 * json.loads(preset.stdout)["virtual_time_s"]
+
+
+def test_the_model_file_is_written_through_no_planted_link(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    out = tmp_path / "model.json"
+    for planted in (tmp_path / ".model.json.tmp", out):  # a temporary name one could guess, the file itself
+        planted.symlink_to(victim)
+    save_model({"median_s": 0.5}, out)
+    assert victim.read_text() == "keep"
+    assert not out.is_symlink() and json.loads(out.read_text()) == {"median_s": 0.5}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model.json.tmp", "model.json", "victim.txt"]
 
 
 @pytest.mark.parametrize(

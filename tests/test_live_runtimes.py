@@ -33,6 +33,7 @@ from megaactors import (
     expected_messages,
 )
 from megaactors.core.messages import INTRA
+from megaactors.network import FaultSpec
 from megaactors.runtime import AsyncioRuntime, PykkaRuntime
 from megaactors.runtime.aio_shards import shard_bounds
 from megaactors.runtime.threads import thread_capacity
@@ -377,6 +378,8 @@ def test_sharding_refuses_what_needs_one_process() -> None:
         AsyncioRuntime(org, ChatRound(), max_concurrent_llm=2, shards=2)
     with pytest.raises(ParameterError, match="shards must be an integer >= 1"):
         AsyncioRuntime(org, ChatRound(), shards=0)
+    with pytest.raises(ParameterError, match="faults need a single-process asyncio run"):
+        AsyncioRuntime(org, ChatRound(), shards=2, faults=FaultSpec(duplicate=0.1))  # refused before it runs
     with pytest.raises(ParameterError, match="agent 0: recruiting needs one process"):
         AsyncioRuntime(Organisation.hierarchy(2, 3), RecruitsOnStart(), shards=2).run()
     with pytest.raises(ParameterError, match="agent 3: named tool lock 'git' needs one process"):

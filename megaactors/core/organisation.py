@@ -28,6 +28,8 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from megaactors.core.graph import CommunicationGraph
 from megaactors.core.messages import ADMIN, CHANNELS, HIERARCHY, INTRA
 from megaactors.errors import OrganisationError, RecruitError, RouteError
@@ -413,7 +415,7 @@ class Organisation:
             return False
         if self.graph is not None and other.graph is not None:
             mine, theirs = self.graph.edges(), other.graph.edges()
-            if self.graph.n != other.graph.n or not all(map(_same_array, mine, theirs)):
+            if self.graph.n != other.graph.n or not all(map(np.array_equal, mine, theirs)):
                 return False
         return (
             self.member_group == other.member_group
@@ -429,10 +431,6 @@ class Organisation:
         from megaactors.core.org_graph import to_networkx
 
         return to_networkx(self)
-
-
-def _same_array(a: Any, b: Any) -> bool:
-    return len(a) == len(b) and bool((a == b).all())
 
 
 def _without(members: list[int], a: int) -> list[int]:

@@ -50,6 +50,8 @@ from typing import Any
 from megaactors.core.messages import CHANNELS
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
+from megaactors.network.model import check_seconds
+from megaactors.validation import parse_bool
 
 __all__ = ["KEEP", "MESSAGE_FAULTS", "FaultSpec", "Partition", "Window", "parse_faults"]
 
@@ -181,8 +183,7 @@ def _probability(name: str, value: Any) -> float:
 
 
 def _seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 86_400:
-        raise ParameterError(f"faults: {name} must be a number of seconds >= 0 and <= 86400, got {value!r}")
+    check_seconds(f"faults: {name}", value)
     return float(value)
 
 
@@ -191,13 +192,11 @@ _SCALARS = {f.name: f.type for f in fields(FaultSpec) if f.name not in ("channel
 
 def _scalar(name: str, text: str) -> Any:
     kind = _SCALARS[name]
-    word = text.strip().lower()
     if kind == "bool":
-        if word in ("true", "yes", "on", "1"):
-            return True
-        if word in ("false", "no", "off", "0"):
-            return False
-        raise ParameterError(f"faults: {name} must be true or false, got {text.strip()!r}")
+        try:
+            return parse_bool(text)
+        except ValueError:
+            raise ParameterError(f"faults: {name} must be true or false, got {text.strip()!r}") from None
     if kind == "str":
         return text.strip()
     try:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from megaactors.core.messages import CHANNELS
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
 
-__all__ = ["CROSS", "NetworkModel", "parse_latency", "parse_machines"]
+__all__ = ["CROSS", "NetworkModel", "check_seconds", "parse_latency", "parse_machines"]
 
 CROSS = "cross"
 """The name of the latency between two machines in ``--net-latency``."""
@@ -48,9 +49,9 @@ class NetworkModel:
         for channel, value in self.latency_s.items():
             if channel not in CHANNELS:
                 raise ParameterError(f"net_latency: unknown channel {channel!r}; expected {', '.join(CHANNELS)}, cross")
-            _check_seconds(f"net_latency {channel}", value)
-        _check_seconds(f"net_latency {CROSS}", self.cross_s)
-        _check_seconds("net_jitter", self.jitter_s)
+            check_seconds(f"net_latency {channel}", value)
+        check_seconds(f"net_latency {CROSS}", self.cross_s)
+        check_seconds("net_jitter", self.jitter_s)
 
     @property
     def lookahead_s(self) -> float:
@@ -88,7 +89,8 @@ class NetworkModel:
         return self.cross_s if cross else self.latency_s.get(channel, 0.0)
 
 
-def _check_seconds(name: str, value: float) -> None:
+def check_seconds(name: str, value: Any) -> None:
+    """Refuse ``value`` unless it is a number of seconds from 0 to a day (``name`` says what)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 86_400:
         raise ParameterError(f"{name} must be a number of seconds >= 0 and <= 86400, got {value!r}")
 
@@ -102,7 +104,7 @@ def parse_latency(text: str) -> tuple[dict[str, float], float]:
     except ValueError:
         pass
     else:
-        _check_seconds("net_latency", value)
+        check_seconds("net_latency", value)
         return dict.fromkeys(CHANNELS, value), value
     latency: dict[str, float] = {}
     cross = 0.0
@@ -117,7 +119,7 @@ def parse_latency(text: str) -> tuple[dict[str, float], float]:
             seconds = float(number)
         except ValueError:
             raise ParameterError(f"net_latency: {number.strip()!r} for {name} is not a number of seconds") from None
-        _check_seconds(f"net_latency {name}", seconds)
+        check_seconds(f"net_latency {name}", seconds)
         if name == CROSS:
             cross = seconds
         else:

@@ -34,6 +34,7 @@ import numpy as np
 
 from megaactors.errors import ParameterError
 from megaactors.providers.presets import MODEL_FORMAT, MODEL_VERSION
+from megaactors.safe_files import Directory
 
 __all__ = ["LATENCY_NAMES", "CallLog", "fit", "read_call_logs", "residual_figure"]
 
@@ -218,10 +219,10 @@ def format_fit(model: dict[str, Any]) -> str:
 
 
 def save_model(model: dict[str, Any], path: Path) -> None:
-    """Write the model file (whole, or not at all)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(model, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    """Write the model file (whole, or not at all; see :meth:`Directory.replace
+    <megaactors.safe_files.Directory.replace>`) into its existing directory."""
+    with Directory(path.parent, create=False) as directory:
+        directory.replace(path.name, json.dumps(model, indent=2, sort_keys=True) + "\n")
 
 
 def residual_figure(log: CallLog, model: dict[str, Any], path: Path) -> None:

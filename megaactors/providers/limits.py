@@ -18,7 +18,7 @@ index, attempt), so results do not depend on scheduling order.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from megaactors.core.llm import LatencyModel, LLMReply, stream_normal, stream_uniform
 from megaactors.errors import ParameterError
@@ -197,7 +197,7 @@ class ProviderModel:
         if kind is None:
             if attempt and latency is not None and latency.sigma:  # a retry redraws its latency
                 z = stream_normal(self.seed, agent, index * _ATTEMPTS + attempt, _RETRY_LATENCY_STREAM)
-                reply = _with_latency(reply, latency.sample(z, reply.tokens_out, reply.tokens_in))
+                reply = replace(reply, latency_s=latency.sample(z, reply.tokens_out, reply.tokens_in))
             kind, spent = self._answer(agent, attempt, reply, latency)
             if kind is None:
                 return Answered(reply)
@@ -246,9 +246,3 @@ class ProviderModel:
         if self.timeout_s is not None and reply.latency_s > self.timeout_s:
             return "timeout", self.timeout_s
         return None, reply.latency_s
-
-
-def _with_latency(reply: LLMReply, latency_s: float) -> LLMReply:
-    return LLMReply(
-        reply.tokens_in, reply.tokens_out, latency_s, reply.cost_usd, reply.stage, reply.call_index, reply.text
-    )

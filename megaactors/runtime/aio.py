@@ -154,6 +154,8 @@ class AsyncioRuntime(LiveRuntime):
             raise ParameterError(f"shards must be an integer >= 1, got {shards!r}")
         if shards > 1 and (self.serial or self.max_concurrent_llm is not None):
             raise ParameterError("shards: serial mode and max_concurrent_llm need one process (shards=1)")
+        if shards > 1 and self.live_faults is not None:
+            raise ParameterError("faults need a single-process asyncio run (no shards)")
         self.event_loop = event_loop
         self.timer_tick_s = float(timer_tick_s)
         self.shards = shards
@@ -395,9 +397,8 @@ class AsyncioRuntime(LiveRuntime):
 
     def _deliver_copies(self, a: Agent, now: float) -> None:
         """Flush the out-queue copy by copy through :attr:`live_faults` (into private
-        in-queues: a copy may be dropped or repeated for one recipient of a broadcast)."""
-        if self.router is not None:
-            raise ParameterError("faults need a single-process asyncio run (no shards)")
+        in-queues: a copy may be dropped or repeated for one recipient of a broadcast;
+        a run with faults has no shards, hence no router)."""
         stamp, sender, inboxes, dirty = self.postman.stamp, a.id, self.inboxes, self._dirty
         packets = [packet for send in a.outbox for packet in stamp(sender, send, now)]
         for packet, r in self.live_faults.copies(packets, now):  # type: ignore[union-attr]

@@ -260,10 +260,6 @@ class NetworkDelivery:
         """Put the fault counts, the stalled agents and the status into ``result``."""
         report(result, self.behaviour, agents, self.state)
 
-    def stalled(self, agents: list[Agent], received: Any) -> list[Stalled]:
-        """Agents whose work cannot finish, with what each waits for (:func:`stalled_agents`)."""
-        return stalled_agents(self.behaviour, self.decisions.org, agents, received, self.state)
-
 
 def stalled_agents(
     behaviour: Behaviour, org: Organisation, agents: list[Agent], received: Any, state: NetworkState

@@ -56,7 +56,8 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import Any
 
 import pykka
@@ -95,6 +96,8 @@ __all__ = [
     "switch_interval",
     "thread_capacity",
 ]
+
+_recipients = attrgetter("recipients")
 
 
 def _place(items: list[Any], index: int, value: Any) -> None:
@@ -397,18 +400,19 @@ class PykkaRuntime(LiveRuntime):
         if sends:
             a.outbox = []
             if copies is None:
-                self._post(packets)
+                self._post(zip(packets, map(_recipients, packets), strict=True))
             else:
-                self._post_copies(copies)
+                self._post((packet, (r,)) for packet, r in copies)
         if finished:
             self.done.set()
         return a.phase is IDLE, batch
 
-    def _post(self, packets: list[Packet]) -> None:
-        """Put each packet in each of its recipients' inboxes."""
+    def _post(self, deliveries: Iterable[tuple[Packet, Iterable[int]]]) -> None:
+        """Put each packet in the inboxes of the recipients it is paired with (all of
+        its own, or one copy's recipient when it went through :attr:`live_faults`)."""
         inboxes, refs, to_wake = self.inboxes, self.refs, self._to_wake
-        for packet in packets:
-            for r in packet.recipients:
+        for packet, recipients in deliveries:
+            for r in recipients:
                 inbox = inboxes[r]
                 if inbox is None:
                     refs[r].tell(packet)
@@ -418,19 +422,6 @@ class PykkaRuntime(LiveRuntime):
                     if inbox.waiting and not inbox.flagged:  # its actor waits for a message: wake it in turn
                         inbox.flagged = True
                         to_wake.append(inbox)
-
-    def _post_copies(self, copies: list[tuple[Packet, int]]) -> None:
-        """Put each copy in its recipient's inbox (the packets went through :attr:`live_faults`)."""
-        for packet, r in copies:
-            inbox = self.inboxes[r]
-            if inbox is None:
-                self.refs[r].tell(packet)
-                continue
-            with inbox.mutex:
-                inbox.packets.append(packet)
-                if inbox.waiting and not inbox.flagged:
-                    inbox.flagged = True
-                    self._to_wake.append(inbox)
 
     def _wake(self, everyone: bool) -> None:
         """Wake the actors waiting for the messages put in their inboxes: the first in
