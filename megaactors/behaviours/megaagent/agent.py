@@ -83,7 +83,6 @@ _RESULT_TEXT = "Result: the files for my part are committed; summary of what was
 _NOTE_TEXT = "Note: interface and dependencies of my part, for the next part to build on. " * 3
 _RETRY_TEXT = "Review: the result fails validation; fix the listed problems and resubmit. " * 2
 _CONTINUE_TEXT = "Review: this part passes; go on with the next part of your task. " * 2
-_LOOP_KINDS = ("round", "round_done")
 
 
 class RetryLimitError(RuntimeError):
