@@ -15,7 +15,7 @@ from megaactors import Organisation, RunSpec
 from megaactors.behaviours import registry
 from megaactors.behaviours.megaagent.organised import OrganisedMegaAgent, Structure
 from megaactors.core.llm import SimulatedLLM
-from megaactors.errors import OrganisationError
+from megaactors.errors import BehaviourLoadError, OrganisationError
 from megaactors.runtime.sim import SimRuntime
 
 QUIET = {"monitoring": False}
@@ -134,7 +134,7 @@ def test_registered_with_plain_parameters_and_the_run_seed() -> None:
                               "seed": 4, "behaviour.task_calls": 2, "behaviour.monitoring": False})  # fmt: skip
     behaviour = spec.build_behaviour()
     assert behaviour.seed == 4 and behaviour.work.task_calls == 2 and not behaviour.monitoring.enabled
-    with pytest.raises(Exception, match=r"planning must be \[prompt tokens, reply tokens\]"):
+    with pytest.raises(BehaviourLoadError, match=r"planning must be \[prompt tokens, reply tokens\]"):
         RunSpec.from_dict({"behaviour": "megaagent", "behaviour.planning": 5})
 
 

@@ -179,32 +179,28 @@ class DataCollector:
         """Record the runtime as it stands: one model row and (if enabled) one row per agent."""
         step, now, ledger = len(self._model_rows), runtime.now, runtime.ledger
         counts = [0, 0, 0]
-        queued = longest = 0
-        depth_of = runtime.queued
-        for i, a in enumerate(runtime.agents):
+        agents = runtime.agents
+        for a in agents:
             counts[a.state] += 1
-            depth = depth_of(i)
-            queued += depth
-            if depth > longest:
-                longest = depth
+        depths = list(map(runtime.queued, range(len(agents))))
+        queued, longest = sum(depths), max(depths, default=0)
         totals = [getattr(ledger, name) for name in _LEDGER_TOTALS]
         extra = [f(runtime) for f in self.model_reporters.values()]
         tokens, cost = totals[3] + totals[4], ledger.cost_usd
         self._model_rows.append((step, runtime.steps, now, *counts, queued, longest, *totals, tokens, cost, *extra))
         if self.agents:
-            self._collect_agents(runtime, step, now)
+            self._collect_agents(runtime, step, now, depths)
 
-    def _collect_agents(self, runtime: Steppable, step: int, now: float) -> None:
+    def _collect_agents(self, runtime: Steppable, step: int, now: float, depths: list[int]) -> None:
         ledger = runtime.ledger
         columns = [ledger.per_agent[c] for c in _AGENT_COUNTS]
         cost = ledger.cost_per_agent
         reporters = list(self.agent_reporters.values())
         rows = self._agent_rows
         names = [s.name for s in AgentState]
-        depth_of = runtime.queued
         for i, a in enumerate(runtime.agents):
             extra = [f(runtime, i) for f in reporters]
-            rows.append((step, now, i, names[a.state], depth_of(i), *(c[i] for c in columns), cost[i], *extra))
+            rows.append((step, now, i, names[a.state], depths[i], *(c[i] for c in columns), cost[i], *extra))
 
     # ------------------------------------------------------------------ driving
 

@@ -134,13 +134,11 @@ def stops_paying(rows: Iterable[dict[str, Any]], gain: float = 1.2) -> dict[tupl
 def limits_figure(rows: list[dict[str, Any]], path: Path) -> None:
     """Makespan and speed-up against N, one column per organisation; simulated points
     filled, floors (lower bounds) hollow."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: drawing never changes a notebook's backend
 
     topologies = sorted({r["topology"] for r in rows}, reverse=True)
-    fig, axes = plt.subplots(2, len(topologies), figsize=(6 * len(topologies), 8), squeeze=False)
+    fig = Figure(figsize=(6 * len(topologies), 8))
+    axes = fig.subplots(2, len(topologies), squeeze=False)
     styles = {name: f"C{i}" for i, name in enumerate([NO_LIMIT, *RATE_LIMIT_PRESETS])}
     for col, topology in enumerate(topologies):
         for latency, dash in zip(latencies(), ("-", "--"), strict=True):
@@ -167,4 +165,3 @@ def limits_figure(rows: list[dict[str, Any]], path: Path) -> None:
     fig.suptitle("Rate limits (OpenAI tiers for gpt-4o-mini) — hollow points: throughput floor, a lower bound")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -103,7 +103,7 @@ def bound_record(name: str, full: list[dict[str, Any]], serial: list[dict[str, A
         "speedup": interval(speedups(full, serial)),
         "serial_over_parallel_work": interval([s["busy_s"] / f["busy_s"] for f, s in zip(full, serial, strict=True)]),
         "paper_speedup": round(s_paper, 3),
-        "paper_is_lower_bound": bool(paper.get("parallel_speedup_is_lower_bound", False)),
+        "paper_is_lower_bound": paper["parallel_speedup_is_lower_bound"],
         "paper_agents": paper["agents"],
         "needed_extra_serial_s": interval(need_extra),
         "needed_extra_fraction": interval([e / s["busy_s"] for e, s in zip(need_extra, serial, strict=True)]),
@@ -125,7 +125,7 @@ def mechanism_record(name: str, full: list[dict[str, Any]], serial: list[dict[st
     sp = interval(speedups(full, serial))
     mk, ser = _iv(full, "makespan_s"), _iv(serial, "makespan_s")
     target = paper["parallel_speedup"]
-    lower = bool(paper.get("parallel_speedup_is_lower_bound", False))
+    lower = paper["parallel_speedup_is_lower_bound"]
     serial_paper = paper["ablations"]["no_parallelism"]["time_s"]
     return {
         "makespan_s": mk,
@@ -162,7 +162,7 @@ def summary_rows(name: str, runs: dict[str, list[dict[str, Any]]], bound: dict[s
     """The summary table of one scenario, every row with its basis."""
     paper, full, serial = PAPER[name], runs["full"], runs["no_parallelism"]
     price = PRICES[paper["model"]]
-    lower = bool(paper.get("parallel_speedup_is_lower_bound", False))
+    lower = paper["parallel_speedup_is_lower_bound"]
     at_list = price.cost(paper["total"][0], paper["total"][1])
     rows = [
         _row(name, "agents", "input", paper["agents"], _iv(full, "agents")),

@@ -1,5 +1,6 @@
 """MegaAgent (arXiv:2408.09955 §2) as a behaviour: :mod:`.plan` holds what a run is
-made of (tree, tokens, loop, monitoring, outer loop), :mod:`.agent` the mechanism."""
+made of (tree, tokens, loop, monitoring, outer loop), :mod:`.state` an agent's
+serializable state, :mod:`.agent` the mechanism."""
 
 from megaactors.behaviours.megaagent.agent import (
     GIT_LOCK,
@@ -7,7 +8,6 @@ from megaactors.behaviours.megaagent.agent import (
     MONITOR_STREAM,
     MegaAgent,
     RetryLimitError,
-    new_state,
 )
 from megaactors.behaviours.megaagent.measures import stage_windows, total_retries
 from megaactors.behaviours.megaagent.plan import (
@@ -22,6 +22,7 @@ from megaactors.behaviours.megaagent.plan import (
     TreePlan,
     Work,
 )
+from megaactors.behaviours.megaagent.state import new_state
 
 __all__ = [
     "GIT_LOCK",

@@ -53,6 +53,7 @@ from megaactors.behaviours.megaagent.plan import (
     Work,
     check_int,
 )
+from megaactors.behaviours.megaagent.state import TODO_CLEAR, TODO_OWED, TODO_RUNNING, new_state
 from megaactors.core.behaviour import AgentContext, Effects, LLMRequest, Send, ToolCall, ToolResult
 from megaactors.core.llm import LLMReply, stream_uniform
 from megaactors.core.messages import ADMIN, HIERARCHY, INTRA, Batch
@@ -65,7 +66,6 @@ __all__ = [
     "MONITOR_STREAM",
     "MegaAgent",
     "RetryLimitError",
-    "new_state",
 ]
 
 GIT_LOCK = "git"
@@ -78,45 +78,15 @@ MECHANISM_STREAM = 0x4D4543
 # phases (what an agent is waiting for between rounds) and purposes of an LLM call
 _WORK, _CHECK, _READ, _PLAN, _RECRUIT, _REVIEW, _MERGE = 1, 2, 3, 4, 5, 6, 7
 _POLL, _REWRITE, _REMIND, _LOOP_POLL, _PROOF = 8, 9, 10, 11, 12
-# the reminder of the outer loop: none owed, owed (its batch is being taken), running
-_TODO_CLEAR, _TODO_OWED, _TODO_RUNNING = 0, 1, 2
 _TASK_TEXT = "Subtask: build your part of the deliverable, recruit help if it is too big, report back. " * 4
 _RESULT_TEXT = "Result: the files for my part are committed; summary of what was done and how to check it. " * 3
 _NOTE_TEXT = "Note: interface and dependencies of my part, for the next part to build on. " * 3
 _RETRY_TEXT = "Review: the result fails validation; fix the listed problems and resubmit. " * 2
 _CONTINUE_TEXT = "Review: this part passes; go on with the next part of your task. " * 2
-_LOOP_KINDS = ("round", "round_done")
 
 
 class RetryLimitError(RuntimeError):
     """An agent failed validation more often than the retry cap allows."""
-
-
-def new_state() -> dict[str, Any]:
-    """The serializable state of an agent that has no task yet."""
-    return {
-        "size": 0,  # agents in its subtree, itself included (0: no task yet)
-        "level": 0,
-        "phase": 0,  # what the next LLM reply or tool result is for
-        "left": 0,  # LLM calls left in the current function-call loop
-        "step": 0,  # loop iterations done (odd ones run code, even ones write files)
-        "part": 0,  # parts of its task delivered and accepted so far
-        "retries": 0,
-        "draws": 0,  # monitoring draws made (the counter of its random stream)
-        "children": [],
-        "accepted": 0,
-        "review": [],  # [child, final] for each delivery the current review covers
-        "next": -1,  # the sibling it shares its note with
-        "noted": False,
-        "windows": {},  # stage -> [first call start, last call end]
-        "mdraws": 0,  # draws of the optional mechanisms
-        "conflicts": 0,  # git writes redone after a conflict
-        "stash": None,  # the LLM request a polling delay holds back
-        "round": 0,  # the outer loop's round this agent joined last
-        "reported": 0,  # the last round it reported done
-        "waiting": 0,  # children yet to report the current round
-        "todo": _TODO_CLEAR,
-    }
 
 
 class MegaAgent:
@@ -211,7 +181,7 @@ class MegaAgent:
             eff = self._call(state, _REVIEW, TASK_SOLVING, read + covered)
         elif other:
             eff = self._call(state, _READ, TASK_SOLVING, read)
-        elif state["todo"] == _TODO_OWED:
+        elif state["todo"] == TODO_OWED:
             eff = self._remind(state, read)
         else:
             eff = self._round_end(ctx, state) or Effects()
@@ -259,7 +229,7 @@ class MegaAgent:
         if phase == _REMIND:
             state["left"] -= 1
             if not state["left"]:
-                state["todo"] = _TODO_CLEAR
+                state["todo"] = TODO_CLEAR
                 return self._round_end(ctx, state) or Effects()
             if state["left"] == self.outer_loop.reminder_calls - 1:
                 return Effects(tool=ToolCall("change_task_status", self.work.git_s, self._git, stage=TASK_SOLVING))
@@ -272,7 +242,7 @@ class MegaAgent:
             name = "run_code" if state["left"] == 1 else "read_file"
             return Effects(tool=ToolCall(name, self.work.tool_s, stage=MERGING))
         # _READ: the notes are in its memory now; a reminder of the main loop may wait
-        if state["todo"] == _TODO_OWED:
+        if state["todo"] == TODO_OWED:
             return self._remind(state, 0)
         return self._round_end(ctx, state) or Effects()
 
@@ -451,7 +421,7 @@ class MegaAgent:
             return self._call(state, _PROOF, MERGING, 0)
         state["phase"] = 0
         relays = self._join_round(ctx, state, r)
-        eff = self._remind(state, 0) if state["todo"] == _TODO_OWED else (self._round_end(ctx, state) or Effects())
+        eff = self._remind(state, 0) if state["todo"] == TODO_OWED else (self._round_end(ctx, state) or Effects())
         eff.sends = [*relays, *eff.sends]
         return eff
 
@@ -462,11 +432,11 @@ class MegaAgent:
         children = state["children"]
         state["waiting"] = len(children)
         if self._draw(state, ctx.agent) < self.outer_loop.stale_todo[r - 1]:
-            state["todo"] = _TODO_OWED
+            state["todo"] = TODO_OWED
         return self._to(ctx.org, ctx.agent, children, "round", [r]) if children else []
 
     def _remind(self, state: dict[str, Any], read: int) -> Effects:
-        state["todo"] = _TODO_RUNNING
+        state["todo"] = TODO_RUNNING
         state["left"] = self.outer_loop.reminder_calls
         return self._call(state, _REMIND, TASK_SOLVING, read)
 
@@ -474,7 +444,7 @@ class MegaAgent:
         """If this agent and its subtree are done with the current round, say so (the
         boss: start the next one)."""
         r = state["round"]
-        if r == 0 or state["reported"] == r or state["todo"] != _TODO_CLEAR or state["waiting"]:
+        if r == 0 or state["reported"] == r or state["todo"] != TODO_CLEAR or state["waiting"]:
             return None
         state["reported"] = r
         state["phase"] = 0
