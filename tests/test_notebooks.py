@@ -104,6 +104,7 @@ def test_jupyter_lab_serves_the_notebooks_with_the_widget_extension(tmp_path: Pa
 def test_stdout_split_into_chunks_compares_as_the_text_it_prints() -> None:
     """The kernel flushes stdout whenever it likes: the same prints may be stored as one
     stream output or several, and must compare equal; a different text must not."""
+
     def notebook(*chunks: str, plain: str = "42") -> nbformat.NotebookNode:
         outputs = [nbformat.v4.new_output("stream", name="stdout", text=c) for c in chunks]
         outputs.append(nbformat.v4.new_output("execute_result", data={"text/plain": plain}, execution_count=1))
