@@ -8,6 +8,8 @@ tables, timed windows and partitions::
     duplicate = 0.01       # ... that it arrives twice
     delay = 0.05           # ... that it arrives delay_s late
     delay_s = 1.0
+    llm = 0.01             # probability that an LLM attempt fails (retried like a
+                           # provider error: backoff, max_retries, then a failed reply)
     crash = 0.001          # probability that an agent crashes as it takes a batch
     restart_s = 5.0        # it restarts this long after,
     restarts = 8           # at most this many times (then it stays down)
@@ -24,8 +26,8 @@ tables, timed windows and partitions::
     [[window]]             # timed faults: these probabilities from start to end
     start = 10.0
     end = 20.0
-    channel = "intra"      # optional: one channel
-    drop = 0.5
+    channel = "intra"      # optional: one channel (not with llm)
+    drop = 0.5             # drop, duplicate, delay and llm
 
     [[partition]]          # the listed groups (or machines) cannot reach the rest
     groups = [0, 1]        # or: machines = [0]
@@ -53,17 +55,21 @@ from megaactors.errors import ParameterError
 from megaactors.network.model import check_seconds
 from megaactors.validation import parse_bool
 
-__all__ = ["KEEP", "MESSAGE_FAULTS", "FaultSpec", "Partition", "Window", "parse_faults"]
+__all__ = ["KEEP", "LLM_FAULT", "MESSAGE_FAULTS", "FaultSpec", "Partition", "Window", "parse_faults"]
 
 MESSAGE_FAULTS = ("drop", "duplicate", "delay")
 """Faults decided per copy of a message."""
+LLM_FAULT = "llm"
+"""The fault decided per attempt of an LLM call (by the provider model's retry path)."""
+_TIMED = (*MESSAGE_FAULTS, LLM_FAULT)
+"""Faults a window may set."""
 KEEP = ("state", "inbox", "nothing")
 """What survives a crash: the behaviour state; it and the in-queue; nothing."""
 
 
 @dataclass(frozen=True)
 class Window:
-    """Message-fault probabilities that hold from ``start`` to ``end`` (virtual s)."""
+    """Message- and LLM-fault probabilities that hold from ``start`` to ``end`` (virtual s)."""
 
     start: float
     end: float
@@ -90,6 +96,7 @@ class FaultSpec:
     duplicate: float = 0.0
     delay: float = 0.0
     delay_s: float = 1.0
+    llm: float = 0.0
     crash: float = 0.0
     restart_s: float = 5.0
     restarts: int = 8
@@ -103,8 +110,10 @@ class FaultSpec:
     partitions: tuple[Partition, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in (*MESSAGE_FAULTS, "crash"):
+        for name in (*_TIMED, "crash"):
             _probability(name, getattr(self, name))
+        if self.llm == 1:
+            raise ParameterError("faults: llm must be below 1 (every LLM call would fail for ever); a window may set 1")
         for name in ("delay_s", "restart_s", "timeout_s"):
             _seconds(name, getattr(self, name))
         if self.timeout_s <= 0:
@@ -126,13 +135,19 @@ class FaultSpec:
 
     @property
     def active(self) -> bool:
-        """True when any fault can happen."""
-        return bool(self.drop or self.duplicate or self.delay or self.crash or self.windows or self.partitions) or any(
+        """True when any fault can happen (to a message, an agent or an LLM call)."""
+        return self.on_messages or self.may(LLM_FAULT)
+
+    @property
+    def on_messages(self) -> bool:
+        """True when a message or an agent can fail (what the network delivery applies)."""
+        windows = any(set(w.probabilities) - {LLM_FAULT} for w in self.windows)
+        return bool(self.drop or self.duplicate or self.delay or self.crash or windows or self.partitions) or any(
             any(rule.values()) for rule in self.channels.values()
         )
 
     def may(self, kind: str) -> bool:
-        """Whether message fault ``kind`` has a non-zero probability anywhere."""
+        """Whether fault ``kind`` (a message fault or ``llm``) has a non-zero probability anywhere."""
         return bool(
             getattr(self, kind)
             or any(w.probabilities.get(kind) for w in self.windows)
@@ -140,8 +155,9 @@ class FaultSpec:
         )
 
     def probability(self, kind: str, channel: str, now: float) -> float:
-        """Probability of message fault ``kind`` for a copy sent on ``channel`` at
-        ``now``: an open window's, else the channel's, else the spec's."""
+        """Probability of fault ``kind`` for a copy sent on ``channel`` at ``now`` (for
+        ``llm``: an attempt started at ``now``, channel ``""``): an open window's, else
+        the channel's, else the spec's."""
         for w in self.windows:
             if w.start <= now < w.end and (w.channel is None or w.channel == channel) and kind in w.probabilities:
                 return w.probabilities[kind]
@@ -167,6 +183,8 @@ class FaultSpec:
 
 
 def _fault_name(kind: str) -> None:
+    if kind == LLM_FAULT:
+        raise ParameterError("faults: llm has no channel: it applies to every LLM call (llm=P, or in a window)")
     if kind not in MESSAGE_FAULTS:
         raise ParameterError(f"faults: unknown message fault {kind!r}; expected one of {', '.join(MESSAGE_FAULTS)}")
 
@@ -270,10 +288,12 @@ def from_mapping(data: Mapping[str, Any]) -> FaultSpec:
         channel = w.get("channel")
         if channel is not None:
             _channel(channel)
-        extra = sorted(set(w) - {"start", "end", "channel", *MESSAGE_FAULTS})
+        extra = sorted(set(w) - {"start", "end", "channel", *_TIMED})
         if extra:
             raise ParameterError(f"faults: window {i} has unknown key(s) {', '.join(extra)}")
-        probs = {k: _probability(f"window {i} {k}", w[k]) for k in MESSAGE_FAULTS if k in w}
+        if channel is not None and LLM_FAULT in w:
+            raise ParameterError(f"faults: window {i} sets llm for channel {channel!r}: an LLM call has no channel")
+        probs = {k: _probability(f"window {i} {k}", w[k]) for k in _TIMED if k in w}
         windows.append(Window(start, end, probs, channel))
     partitions = []
     for i, p in enumerate(data.get("partition", [])):

@@ -10,6 +10,13 @@ for one *attempt* of a call at a given time, what happens to it — an
 ``Retrying`` into a timer event in virtual time, a live runtime into a sleep of
 ``after_s × time_scale`` wall seconds.
 
+Injected LLM faults (``--faults llm=P``, :class:`~megaactors.network.FaultSpec`'s
+``llm``, per timed window too) take the same path: an attempt fails with kind
+``fault`` after its time to first token, and is retried like a server error. One
+uniform draw per attempt decides both: below ``failure_rate`` a server error, then
+with probability ``llm`` (of the rest) an injected fault — the two are independent,
+and a run with no injected fault draws exactly as before.
+
 Every random draw (backoff jitter, failures, a retried attempt's latency) comes from
 the counter-based streams of :mod:`megaactors.core.llm`, keyed by (seed, agent, call
 index, attempt), so results do not depend on scheduling order.
@@ -22,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from megaactors.core.llm import LatencyModel, LLMReply, stream_normal, stream_uniform
 from megaactors.errors import ParameterError
+from megaactors.network.faults import LLM_FAULT, FaultSpec
 
 __all__ = [
     "FAILURE_KINDS",
@@ -37,9 +45,10 @@ __all__ = [
 
 LIMIT_SCOPES = ("run", "group")
 """Who shares one pair of buckets: every agent of the run, or the agents of one group."""
-FAILURE_KINDS = ("rate_limited", "error", "timeout", "too_large")
+FAILURE_KINDS = ("rate_limited", "error", "timeout", "too_large", "fault")
 """Why an attempt did not answer: HTTP 429, a server error (5xx), no answer within the
-timeout, a call larger than the token bucket (it can never run)."""
+timeout, a call larger than the token bucket (it can never run), an injected fault
+(a fault spec's ``llm``)."""
 
 _JITTER_STREAM = 21
 _FAILURE_STREAM = 22
@@ -137,6 +146,8 @@ class ProviderModel:
     timeout_s: float | None = None
     """An attempt slower than this fails at this time (None: no timeout)."""
     seed: int = 0
+    faults: FaultSpec | None = None
+    """Injected LLM faults: the spec's ``llm`` probability (and its windows'), per attempt."""
 
     def __post_init__(self) -> None:
         for name in ("rpm", "tpm", "timeout_s"):
@@ -159,7 +170,12 @@ class ProviderModel:
     @property
     def active(self) -> bool:
         """Whether any limit, failure or timeout is set (else every call is answered)."""
-        return bool(self.rpm or self.tpm or self.failure_rate or self.timeout_s)
+        return bool(self.rpm or self.tpm or self.failure_rate or self.timeout_s) or self.injects_faults
+
+    @property
+    def injects_faults(self) -> bool:
+        """Whether injected LLM faults can fail an attempt."""
+        return self.faults is not None and self.faults.may(LLM_FAULT)
 
     def check_call_size(self, tokens: int) -> None:
         """Refuse, before a run, a TPM limit that even the smallest call exceeds."""
@@ -198,7 +214,7 @@ class ProviderModel:
             if attempt and latency is not None and latency.sigma:  # a retry redraws its latency
                 z = stream_normal(self.seed, agent, index * _ATTEMPTS + attempt, _RETRY_LATENCY_STREAM)
                 reply = replace(reply, latency_s=latency.sample(z, reply.tokens_out, reply.tokens_in))
-            kind, spent = self._answer(agent, attempt, reply, latency)
+            kind, spent = self._answer(agent, attempt, reply, latency, now)
             if kind is None:
                 return Answered(reply)
         if kind == "too_large" or attempt >= self.max_retries:
@@ -234,15 +250,18 @@ class ProviderModel:
         return None, 0.0
 
     def _answer(
-        self, agent: int, attempt: int, reply: LLMReply, latency: LatencyModel | None
+        self, agent: int, attempt: int, reply: LLMReply, latency: LatencyModel | None, now: float
     ) -> tuple[str | None, float]:
         """An attempt the limits let through: ``(None, latency)`` answered, or
-        ``("error", time to first token)`` or ``("timeout", timeout)``."""
-        if self.failure_rate:
+        ``("error" | "fault", time to first token)`` or ``("timeout", timeout)``."""
+        rate = self.failure_rate
+        injected = self.faults.probability(LLM_FAULT, "", now) if self.faults is not None else 0.0
+        if rate or injected:
             u = stream_uniform(self.seed, agent, reply.call_index * _ATTEMPTS + attempt, _FAILURE_STREAM)
-            if u < self.failure_rate:
+            kind = "error" if u < rate else "fault" if u < rate + injected * (1.0 - rate) else None
+            if kind is not None:
                 decode = latency.per_output_token_s * reply.tokens_out if latency is not None else 0.0
-                return "error", max(0.0, reply.latency_s - decode)
+                return kind, max(0.0, reply.latency_s - decode)
         if self.timeout_s is not None and reply.latency_s > self.timeout_s:
             return "timeout", self.timeout_s
         return None, reply.latency_s

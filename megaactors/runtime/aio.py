@@ -49,6 +49,7 @@ from megaactors.core.behaviour import Behaviour, Effects
 from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
+from megaactors.runtime.aio_shards import check_shared_limits
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep
@@ -154,8 +155,10 @@ class AsyncioRuntime(LiveRuntime):
             raise ParameterError(f"shards must be an integer >= 1, got {shards!r}")
         if shards > 1 and (self.serial or self.max_concurrent_llm is not None):
             raise ParameterError("shards: serial mode and max_concurrent_llm need one process (shards=1)")
-        if shards > 1 and self.live_faults is not None:
+        if shards > 1 and self.options.faults is not None and self.options.faults.active:
             raise ParameterError("faults need a single-process asyncio run (no shards)")
+        if shards > 1 and self.core.provider is not None:
+            check_shared_limits(org, self.core.provider, shards)
         self.event_loop = event_loop
         self.timer_tick_s = float(timer_tick_s)
         self.shards = shards

@@ -22,7 +22,8 @@ the shards' peaks (an upper bound of the true peak).
 
 Sharding needs the ``fork`` start method (Linux, macOS) and refuses what would
 need state shared by every process: serial mode, ``max_concurrent_llm``,
-recruiting and named tool locks. An exception in any shard stops every shard and
+recruiting, named tool locks, faults, and rate limits shared by the run (or by a
+group cut between two shards: :func:`check_shared_limits`). An exception in any shard stops every shard and
 is raised by ``run()``.
 
 This module is what runs in a shard process: a :class:`ShardRouter` (the asyncio
@@ -54,9 +55,10 @@ from megaactors.runtime.mailboxes import Without
 
 if TYPE_CHECKING:
     from megaactors.core.organisation import Organisation
+    from megaactors.providers.limits import ProviderModel
     from megaactors.runtime.aio import AsyncioRuntime
 
-__all__ = ["HEADER", "ShardError", "ShardRouter", "frame", "picklable", "read_frame", "shard_bounds", "shard_main"]
+__all__ = ["HEADER", "ShardError", "ShardRouter", "check_shared_limits", "frame", "picklable", "read_frame", "shard_bounds", "shard_main"]
 
 HEADER = struct.Struct("!Q")
 """Length prefix of every frame."""
@@ -85,6 +87,26 @@ def shard_bounds(org: Organisation, shards: int) -> list[int]:
         bounds.append(cut)
     bounds.append(n)
     return bounds
+
+
+def check_shared_limits(org: Organisation, provider: ProviderModel, shards: int) -> None:
+    """Refuse rate limits that ``shards`` processes cannot share: each process keeps
+    its own token buckets, so a run-scope limit (or a group's, for a group cut in
+    two) would be applied once per shard, not once."""
+    if provider.rpm is None and provider.tpm is None:
+        return
+    if provider.scope == "run":
+        raise ParameterError(
+            "shards: rpm/tpm with --limit-scope run would be applied once per shard; "
+            "use --limit-scope group, or one process (shards=1)"
+        )
+    bounds = shard_bounds(org, shards)
+    for g, members in enumerate(org.groups):
+        if len({bisect.bisect_right(bounds, m) for m in members}) > 1:
+            raise ParameterError(
+                f"shards: group {g} spans two shards, so its rpm/tpm limit would be applied once per shard; "
+                "use one process (shards=1)"
+            )
 
 
 def frame(obj: Any) -> bytes:

@@ -364,6 +364,19 @@ class RuntimeConformance:
         assert got.states == ref.states and got.ledger.llm_calls == 8 * 4
         assert sum(s[1] for s in got.states) == summary["failed_llm_calls"]  # the behaviour saw each failed call
 
+    def test_injected_llm_faults_take_the_retry_path(self, runtime: RuntimeFactory) -> None:
+        # an injected fault is drawn per (agent, call, attempt) beside the provider's own
+        # errors, retried the same way: the same counts everywhere
+        provider = ProviderModel(failure_rate=0.1, max_retries=1, base_s=0.5, seed=6)
+        faults = FaultSpec(llm=0.3)
+        ref = run(SimRuntime, Organisation.flat(8), Thinker(4), seed=6, provider=provider, faults=faults)
+        got = run(runtime, Organisation.flat(8), Thinker(4), seed=6, provider=provider, faults=faults)
+        summary = got.ledger.provider_summary()
+        assert summary == ref.ledger.provider_summary() and got.faults == ref.faults
+        assert got.faults is not None and got.faults["llm"] > 0 and summary["llm_errors"] > 0
+        assert summary["retries"] == got.faults["llm"] + summary["llm_errors"] - summary["failed_llm_calls"]
+        assert got.states == ref.states and got.status == "ok"
+
     def test_rate_limits_keep_the_chat_round_whole(self, runtime: RuntimeFactory) -> None:
         provider = ProviderModel(rpm=30, max_retries=2, base_s=0.5, seed=2)
         ref = run(SimRuntime, Organisation.two_tier(24, 6), ChatRound(), seed=2, provider=provider)

@@ -318,6 +318,8 @@ class Interpreter:
             ledger.llm_errors += 1
         elif kind == "timeout":
             ledger.llm_timeouts += 1
+        elif kind == "fault":
+            ledger.llm_faults += 1
         if type(outcome) is Retrying:
             ledger.retries += 1
             ledger.llm_wait_s += outcome.backoff_s

@@ -54,6 +54,7 @@ from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter
 from megaactors.runtime.live_faults import live_faults_for
+from megaactors.runtime.net_delivery import NetworkState, report
 from megaactors.runtime.options import DEFAULT_TIME_SCALE, RuntimeOptions
 from megaactors.runtime.result import RunResult
 
@@ -157,7 +158,7 @@ class LiveRuntime(ABC):
                 host=self,
                 tools=dict(options.tools or {}),
                 trace=options.trace,
-                provider=options.provider,
+                provider=options.llm_provider(),
             )
         core = self.core
         self.agents, self.ledger, self.trace, self.postman, self.tools = (
@@ -439,7 +440,12 @@ class LiveRuntime(ABC):
         scale; ``wall_s`` is the whole of ``run()`` (setting up and tearing down
         included)."""
         virtual = max(0.0, self._end - self._t0) / self.time_scale
-        result = self.core.result(self.name, virtual, self.wall_s, map(self.queued, self.agents))
+        return self.with_faults(self.core.result(self.name, virtual, self.wall_s, map(self.queued, self.agents)))
+
+    def with_faults(self, result: RunResult) -> RunResult:
+        """``result`` with the run's fault counts, stalled agents and status (when it has faults)."""
         if self.live_faults is not None:
             self.live_faults.report(result, self.agents)
+        elif self.options.faults is not None and self.options.faults.active:  # injected LLM faults only
+            report(result, self.behaviour, self.agents, NetworkState())
         return result

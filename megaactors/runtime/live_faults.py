@@ -10,9 +10,13 @@ stamped in the same order, as in serial mode), it drops and repeats exactly the
 same copies.
 
 What the live runtimes do not do, and refuse: latency and machines, late copies
-(``delay``), crashes, partitions, timed windows and re-sending lost copies (a live
-run with ``drop`` needs ``recover=false``): each needs timers the simulation has as
-events. Messages still count once in the ledger; ``faults`` in the result counts
+(``delay``), crashes, partitions, timed windows of message faults and re-sending lost
+copies (a live run with ``drop`` needs ``recover=false``): each needs timers the
+simulation has as events. Injected LLM faults (``llm``) are not handled here: they go
+through the provider model's retry path (:meth:`RuntimeOptions.llm_provider
+<megaactors.runtime.options.RuntimeOptions.llm_provider>`), decided per (agent, call,
+attempt) as in the simulation; only a timed ``llm`` window is decided at a wall-clock
+time, so with windows the live counts may differ from the simulation's. Messages still count once in the ledger; ``faults`` in the result counts
 what happened, and agents left waiting make the run ``stalled``.
 """
 
@@ -81,8 +85,8 @@ def live_faults_for(
     network, faults = options.network, options.faults
     if network is not None and not network.instant:
         raise ParameterError(f"the {runtime} runtime delivers at once: network latency and machines need --runtime sim")
-    if faults is None or not faults.active:
-        return None
+    if faults is None or not faults.on_messages:
+        return None  # injected LLM faults go through the provider model's retry path
     if not applies:
         raise ParameterError(f"the {runtime} runtime does not inject faults; use --runtime sim, asyncio or pykka")
     unsupported = [
@@ -91,7 +95,7 @@ def live_faults_for(
             ("delay", faults.may("delay")),
             ("crash", bool(faults.crash)),
             ("partition", bool(faults.partitions)),
-            ("window", bool(faults.windows)),
+            ("window", any(set(w.probabilities) - {"llm"} for w in faults.windows)),
             ("recover (with drop: set recover=false)", faults.recover and faults.may("drop")),
         )
         if used

@@ -281,8 +281,9 @@ def stalled_agents(
 
 
 def report(result: RunResult, behaviour: Behaviour, agents: list[Agent], state: NetworkState) -> None:
-    """Put the fault counts, the stalled agents and the status into ``result``."""
-    result.faults = dict(state.counts)
+    """Put the fault counts (the network's, and injected LLM faults as ``llm``), the
+    stalled agents and the status into ``result``."""
+    result.faults = {**state.counts, "llm": result.ledger.llm_faults}
     stalled = stalled_agents(behaviour, result.org, agents, result.ledger.per_agent["received"], state)
     result.stalled = {s.agent: s.waits_for for s in stalled}
     result.status = "stalled" if stalled else "ok"
@@ -296,7 +297,7 @@ def network_for(
     network, faults = options.network, options.faults
     if network is not None:
         network.group_machines(postman.org)  # a placement that does not fit is refused even with no latency
-    if (network is None or network.instant) and (faults is None or not faults.active):
+    if (network is None or network.instant) and (faults is None or not faults.on_messages):
         return None
     decisions = FaultDecisions(options.seed, postman.org, network or NetworkModel(), faults or FaultSpec())
     return NetworkDelivery(host, postman, behaviour, decisions)

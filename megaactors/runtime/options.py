@@ -83,6 +83,17 @@ class RuntimeOptions:
         base = options if options is not None else cls()
         return replace(base, **changes) if changes else base
 
+    def llm_provider(self) -> ProviderModel | None:
+        """The provider model LLM calls go through: :attr:`provider` with the injected
+        LLM faults of :attr:`faults` (``llm``), which share its retry path; a default
+        one seeded with :attr:`seed` when only the faults fail calls."""
+        faults = self.faults
+        if faults is None or not faults.may("llm"):
+            return self.provider
+        from megaactors.providers.limits import ProviderModel
+
+        return replace(self.provider or ProviderModel(seed=self.seed), faults=faults)
+
     @property
     def wall_per_virtual_s(self) -> float:
         """:attr:`time_scale`, or its default."""

@@ -35,7 +35,7 @@ from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter
 from megaactors.runtime.mailboxes import Mailboxes, gather
-from megaactors.runtime.net_delivery import NetworkDelivery, network_for
+from megaactors.runtime.net_delivery import NetworkDelivery, NetworkState, network_for, report
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
@@ -70,7 +70,7 @@ class SimRuntime(ProviderCalls, SimQueues):
     ) -> None:
         self.options = options = RuntimeOptions.build(options, **option_fields)
         llm = llm if llm is not None else SimulatedLLM(seed=options.seed)
-        tools, provider = dict(options.tools or {}), options.provider
+        tools, provider = dict(options.tools or {}), options.llm_provider()
         self.core = Interpreter(
             org, behaviour, llm, host=self, tools=tools, trace=options.trace, observer=observer, provider=provider
         )
@@ -202,6 +202,8 @@ class SimRuntime(ProviderCalls, SimQueues):
         result = self.core.result(self.name, self.now, self.wall_s, map(self.queued, range(len(self.agents))))
         if self._net is not None:
             self._net.report(result, self.agents)
+        elif self.options.faults is not None and self.options.faults.active:  # injected LLM faults only
+            report(result, self.behaviour, self.agents, NetworkState())
         return result
 
     def place(self, recruiter: Agent, agents: list[Agent]) -> None:

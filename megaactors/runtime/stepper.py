@@ -143,7 +143,7 @@ class StepRuntime(LiveRuntime):
         return self.result()
 
     def result(self) -> RunResult:
-        return self.core.result(self.name, self.clock, self.wall_s, map(self.queued, self.agents))
+        return self.with_faults(self.core.result(self.name, self.clock, self.wall_s, map(self.queued, self.agents)))
 
     # ------------------------------------------------------------------ what a live runtime supplies
 
