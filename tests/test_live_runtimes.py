@@ -34,6 +34,7 @@ from megaactors import (
 )
 from megaactors.core.messages import INTRA
 from megaactors.network import FaultSpec
+from megaactors.providers.limits import ProviderModel
 from megaactors.runtime import AsyncioRuntime, PykkaRuntime
 from megaactors.runtime.aio_shards import shard_bounds
 from megaactors.runtime.threads import thread_capacity
@@ -370,6 +371,21 @@ class LocksOnStart(ChatRound):
         return Effects()
 
 
+def test_sharded_rate_limits_are_per_group_or_refused() -> None:
+    # each shard keeps its own token buckets: a run-wide limit would count once per shard
+    org = Organisation.two_tier(20, 5)
+    with pytest.raises(ParameterError, match="limit-scope run would be applied once per shard"):
+        AsyncioRuntime(org, ChatRound(), shards=2, provider=ProviderModel(rpm=60))
+    with pytest.raises(ParameterError, match="group 0 spans two shards"):
+        AsyncioRuntime(Organisation.two_tier(20, 20), ChatRound(), shards=2, provider=ProviderModel(tpm=1e6,
+                       scope="group"))  # fmt: skip
+    grouped = ProviderModel(rpm=6, scope="group", seed=1)  # groups cut whole: each shard holds whole buckets
+    got = AsyncioRuntime(org, ChatRound(), shards=2, provider=grouped, seed=1).run()
+    ref = SimRuntime(org, ChatRound(), provider=grouped, seed=1).run()
+    assert got.ledger.messages == ref.ledger.messages and ref.ledger.rate_limited > 0 and got.ledger.rate_limited > 0
+    AsyncioRuntime(org, ChatRound(), shards=2, provider=ProviderModel(failure_rate=0.1))  # per call: shardable
+
+
 def test_sharding_refuses_what_needs_one_process() -> None:
     org = Organisation.two_tier(20, 5)
     with pytest.raises(ParameterError, match="serial mode and max_concurrent_llm need one process"):
@@ -380,6 +396,8 @@ def test_sharding_refuses_what_needs_one_process() -> None:
         AsyncioRuntime(org, ChatRound(), shards=0)
     with pytest.raises(ParameterError, match="faults need a single-process asyncio run"):
         AsyncioRuntime(org, ChatRound(), shards=2, faults=FaultSpec(duplicate=0.1))  # refused before it runs
+    with pytest.raises(ParameterError, match="faults need a single-process asyncio run"):
+        AsyncioRuntime(org, ChatRound(), shards=2, faults=FaultSpec(llm=0.1))
     with pytest.raises(ParameterError, match="agent 0: recruiting needs one process"):
         AsyncioRuntime(Organisation.hierarchy(2, 3), RecruitsOnStart(), shards=2).run()
     with pytest.raises(ParameterError, match="agent 3: named tool lock 'git' needs one process"):
