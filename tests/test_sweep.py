@@ -467,3 +467,27 @@ def test_the_coordination_cost_experiment_writes_csv_and_figures(tmp_path: Path)
     assert set(df["topology"]) == {"flat", "star", "two-tier", "hierarchy"} and set(df["serial"]) == {True, False}
     assert (df["messages"] == df["expected_messages"]).all()
     assert "closed form G = " in out.stdout and "flat" in out.stdout
+
+
+def test_rows_carry_fault_and_provider_counts_and_older_files_resume(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from megaactors.experiments.result_rows import ADDED_FIGURES
+
+    grid = {"topology": "two-tier", "agents": [20], "group_size": [5], "faults": [None, "drop=0.1,llm=0.2"]}
+    df = run_sweep(grid, tmp_path, workers=0, progress=False)
+    plain, faulty = df[df["faults"] == ""].iloc[0], df[df["faults"] != ""].iloc[0]
+    assert plain["run_status"] == "ok" and pd.isna(plain["faults_llm"]) and pd.isna(plain["retries"])
+    assert faulty["run_status"] == "ok" and faulty["faults_drop"] > 0 and faulty["faults_llm"] > 0
+    assert faulty["retries"] + faulty["failed_llm_calls"] == faulty["faults_llm"]
+    assert faulty["faults_resent"] == faulty["faults_drop"]  # every lost copy sent again, once
+    with open(tmp_path / "results.csv") as f:  # a file written before these columns existed
+        rows = list(csv.DictReader(f))
+    with open(tmp_path / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, [c for c in COLUMNS if c not in ADDED_FIGURES], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    assert load_results(tmp_path)["faults_llm"].isna().all()
+    wider = run_sweep({**grid, "agents": [20, 30]}, tmp_path, workers=0, progress=False)  # resumes, then rewrites
+    assert len(wider) == 4 and list(wider.columns) == list(COLUMNS)
+    assert wider[wider["agents"] == 30]["faults_llm"].notna().sum() == 1

@@ -6,9 +6,13 @@ graphs, ``rewire`` outside small-world; ``price_in``/``price_out`` are the price
 paid, the model's list price unless overridden), the behaviour's parameters (JSON)
 and version, how its group size was chosen, its status (``ok``, ``error``,
 ``skipped``), its closed-form message count (blank when the behaviour has none),
-its ledger figures and a ``detail``. Reading validates every field and names the
+its ledger figures, the run's own status (``run_status``: ``ok`` or ``stalled``),
+its fault counts by kind (``faults_drop``, …, ``faults_llm``) and the provider's
+counters (``rate_limited``, ``retries``, ``llm_wait_s``, ``failed_llm_calls``, …)
+when the run has faults or a provider model (blank otherwise), and a ``detail``. Reading validates every field and names the
 line of anything malformed; a run recorded twice is kept once, with a warning.
-Rows written before a parameter existed read as its default.
+Rows written before a parameter existed read as its default; before a figure
+column existed, as blank.
 """
 
 from __future__ import annotations
@@ -21,16 +25,21 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from megaactors.core.graph_families import FAMILIES
+from megaactors.core.ledger import PROVIDER_COUNTERS
 from megaactors.core.llm import PRICES
 from megaactors.core.messages import CHANNELS
 from megaactors.experiments.spec import PARAMETERS, RunSpec
+from megaactors.network.faults import LLM_FAULT
+from megaactors.runtime.net_delivery import COUNTERS as FAULT_COUNTERS
 from megaactors.safe_files import open_regular
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "ADDED_FIGURES",
     "COLUMNS",
+    "FAULT_COLUMNS",
     "FIGURE_KINDS",
     "PARAMS",
     "DuplicateRowsWarning",
@@ -72,6 +81,10 @@ ADDED_COLUMNS = (
     *("llm_timeout_s", "net_latency", "net_jitter", "machines", "faults"),
 )
 """Parameter columns that results files written before them lack: read as their defaults."""
+FAULT_COLUMNS: tuple[str, ...] = tuple(f"faults_{kind}" for kind in (*FAULT_COUNTERS, LLM_FAULT))
+"""Faults injected and recovery actions by kind (blank for a run without faults)."""
+ADDED_FIGURES = ("run_status", *FAULT_COLUMNS, *PROVIDER_COUNTERS)
+"""Figure columns that results files written before them lack: read as blank."""
 FIGURE_KINDS: dict[str, str] = {
     "groups": "int",
     "levels": "int",
@@ -97,6 +110,9 @@ FIGURE_KINDS: dict[str, str] = {
     "max_agent_llm_calls": "int",
     "by_stage": "json",
     "by_level": "json",
+    "run_status": "str",
+    **dict.fromkeys(FAULT_COLUMNS, "int?"),
+    **{name: "float?" if name == "llm_wait_s" else "int?" for name in PROVIDER_COUNTERS},
 }
 KINDS: dict[str, str] = {
     **_PARAM_KINDS,
@@ -178,7 +194,7 @@ def read_rows(f: IO[str], where: str | Path, *, newest: bool = False) -> list[di
         header = next(reader, None)
         if header is None:
             raise ResultsError(f"{where} is empty: expected a header line with columns {', '.join(COLUMNS[:4])}, …")
-        missing = [c for c in COLUMNS if c not in header and c not in ADDED_COLUMNS]
+        missing = [c for c in COLUMNS if c not in header and c not in ADDED_COLUMNS and c not in ADDED_FIGURES]
         if missing:
             raise ResultsError(f"{where} line 1: not a results header; missing column(s) {', '.join(missing)}")
         if len(set(header)) != len(header):
@@ -219,6 +235,8 @@ def _parse_row(where: str | Path, line: int, header: list[str], record: list[str
     for name in ADDED_COLUMNS:  # a parameter newer than the file: its default
         if name not in raw:
             raw[name] = to_csv({name: _DEFAULTS[name]})[name]
+    for name in ADDED_FIGURES:  # a figure newer than the file: blank
+        raw.setdefault(name, "")
     status = raw["status"]
     if status not in STATUSES:
         raise ResultsError(f"{at}: status {status!r} is not one of {', '.join(STATUSES)}")

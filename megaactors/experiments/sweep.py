@@ -220,6 +220,9 @@ def _figures(summary: dict[str, Any]) -> dict[str, Any]:
     for channel in CHANNELS:
         row[f"messages_{channel}"] = summary["messages_by_channel"].get(channel, 0)
         row[f"bytes_{channel}"] = summary["bytes_by_channel"].get(channel, 0)
+    row["run_status"] = summary.get("status", "ok")
+    for kind, count in (summary.get("faults") or {}).items():
+        row[f"faults_{kind}"] = count
     return row
 
 

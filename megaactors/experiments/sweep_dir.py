@@ -21,7 +21,15 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from megaactors.experiments.result_rows import ADDED_COLUMNS, COLUMNS, SweepError, read_rows, row_key, to_csv
+from megaactors.experiments.result_rows import (
+    ADDED_COLUMNS,
+    ADDED_FIGURES,
+    COLUMNS,
+    SweepError,
+    read_rows,
+    row_key,
+    to_csv,
+)
 from megaactors.safe_files import Directory, LockHeldError
 
 __all__ = ["SweepDirectory"]
@@ -149,8 +157,8 @@ class SweepDirectory:
         self.dir.replace(RESULTS, text.getvalue())
 
 
-ADDED = set(ADDED_COLUMNS)
-"""Columns a results file of an earlier version may lack (its rows read as their defaults)."""
+ADDED = {*ADDED_COLUMNS, *ADDED_FIGURES}
+"""Columns a results file of an earlier version may lack (its rows read as their defaults, or blank)."""
 
 
 def _holder() -> str:
