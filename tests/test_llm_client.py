@@ -350,3 +350,41 @@ def test_the_client_keeps_to_a_servers_rpm_and_tpm_and_logs_every_attempt(tmp_pa
     assert all(line["latency_s"] >= 0 and abs(line["ts"] - time.time()) < 120 for line in lines)
     keys = collections.Counter(server.keys)
     assert len(keys) == 24  # retries reuse their call's idempotency key
+
+
+def test_the_run_command_runs_against_an_endpoint_and_writes_its_call_log(tmp_path, capsys) -> None:
+    from megaactors.cli import main
+
+    log = tmp_path / "calls.jsonl"
+    argv = ["run", "--runtime", "asyncio", "-n", "6", "-g", "3", "--endpoint-model", "local", "--json"]
+    with serving(fail_first=1) as server:
+        assert main([*argv, "--endpoint", server.base_url, "--call-log", str(log), "--max-retries", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["messages"] == expected_messages(Organisation.two_tier(6, 3)) and out["runtime"] == "asyncio"
+    assert out["llm_calls"] == len(server.requests) - 1 and out["tokens_out"] == 60 * out["llm_calls"]
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(lines) == len(server.requests) and collections.Counter(x["status"] for x in lines)[503] == 1
+    assert all(x["model"] == "local" and {"ts", "latency_s", "input_tokens", "output_tokens"} <= set(x) for x in lines)
+    assert {r["body"]["model"] for r in server.requests} == {"local"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--call-log", "{log}"], "--call-log need(s) --endpoint URL"),
+        (["--endpoint", "http://127.0.0.1:9/v1", "--runtime", "sim", "--call-log", "{log}"], "needs --runtime asyncio"),
+        (["--endpoint", "http://127.0.0.1:9/v1", "--runtime", "asyncio", "--rpm", "60"], "a real endpoint has its own"),
+        (["--endpoint", "ftp://x", "--runtime", "asyncio"], "base url must start with http"),
+        (
+            ["--endpoint", "http://127.0.0.1:9/v1", "--runtime", "asyncio", "--endpoint-key-env", "NO_SUCH_KEY_VAR"],
+            "NO_SUCH_KEY_VAR: that environment variable is not set",
+        ),
+    ],
+)
+def test_the_run_command_refuses_what_does_not_fit_an_endpoint(tmp_path, capsys, extra, needle) -> None:
+    from megaactors.cli import main
+
+    log = tmp_path / "calls.jsonl"
+    assert main(["run", "-n", "4", *(x.replace("{log}", str(log)) for x in extra)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err and not log.exists()

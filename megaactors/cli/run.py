@@ -10,6 +10,7 @@ from typing import Any
 
 from megaactors.cli.common import CommandError, add_param, add_run_options, spec_from_args
 from megaactors.cli.durable_common import add_durable_options, check_budget, run_checkpointed
+from megaactors.cli.endpoint import add_endpoint_options, endpoint_client
 from megaactors.experiments.collector import CollectorError, DataCollector, check_output_path
 from megaactors.experiments.spec import RunSpec
 from megaactors.validation import Param
@@ -69,12 +70,21 @@ def register(sub: Any) -> None:
     add_param(p, TRACE_OUT)
     add_param(p, TRACE_AGENTS, default=200)
     add_durable_options(p, with_store=True)
+    add_endpoint_options(p)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     check_budget(args, [spec])
+    client = endpoint_client(args, spec)
+    if client is not None:
+        if args.trace_out is not None or args.collect is not None or args.db or args.run_id:
+            raise CommandError("--endpoint runs live: it does not combine with --trace-out, --collect or --checkpoint")
+        scale = args.time_scale if args.time_scale is not None else 1.0  # virtual seconds are wall seconds
+        summary = with_status(spec.execute(client, time_scale=scale).summary())
+        print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
+        return 0
     if args.trace_out is not None:
         summary = with_status(run_traced(args, spec))
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))

@@ -9,8 +9,9 @@ and version, how its group size was chosen, its status (``ok``, ``error``,
 its ledger figures, the run's own status (``run_status``: ``ok`` or ``stalled``),
 its fault counts by kind (``faults_drop``, …, ``faults_llm``) and the provider's
 counters (``rate_limited``, ``retries``, ``llm_wait_s``, ``failed_llm_calls``, …)
-when the run has faults or a provider model (blank otherwise), and a ``detail``. Reading validates every field and names the
-line of anything malformed; a run recorded twice is kept once, with a warning.
+when the run has faults or a provider model (blank otherwise), and a ``detail``.
+Reading validates every field and names the line of anything malformed; a run
+recorded twice is kept once, with a warning.
 Rows written before a parameter existed read as its default; before a figure
 column existed, as blank.
 """

@@ -256,10 +256,11 @@ class RunSpec:
         """The faults ``faults`` describes (None: none)."""
         return None if self.faults is None else parse_faults(self.faults)
 
-    def build(self, **runtime_options: Any) -> Any:
+    def build(self, llm: Any = None, **runtime_options: Any) -> Any:
         """The chosen runtime over this organisation and chat round, not yet started
         (to step it, e.g. with a :class:`~megaactors.experiments.collector.DataCollector`);
-        ``runtime_options`` go to the runtime."""
+        ``llm`` replaces the simulated LLM (a real endpoint's client); ``runtime_options``
+        go to the runtime."""
         from megaactors.runtime import RUNTIMES
 
         org = self.organisation()
@@ -268,7 +269,7 @@ class RunSpec:
         return RUNTIMES[self.runtime](
             org,
             behaviour,
-            self.llm(),
+            llm if llm is not None else self.llm(),
             seed=self.seed,
             max_concurrent_llm=self.max_concurrent_llm,
             serial=self.serial,
@@ -287,10 +288,11 @@ class RunSpec:
             options["faults"] = faults
         return options
 
-    def execute(self, **runtime_options: Any) -> RunResult:
-        """Build the organisation and run the chat round on the chosen runtime;
-        ``runtime_options`` go to that runtime (e.g. ``time_scale`` for a live one)."""
-        result = self.build(**runtime_options).run()
+    def execute(self, llm: Any = None, **runtime_options: Any) -> RunResult:
+        """Build the organisation and run the chat round on the chosen runtime (with
+        ``llm`` instead of the simulated LLM, if given); ``runtime_options`` go to that
+        runtime (e.g. ``time_scale`` for a live one)."""
+        result = self.build(llm, **runtime_options).run()
         result.params = self.result_params()
         return result
 

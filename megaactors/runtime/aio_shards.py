@@ -58,7 +58,17 @@ if TYPE_CHECKING:
     from megaactors.providers.limits import ProviderModel
     from megaactors.runtime.aio import AsyncioRuntime
 
-__all__ = ["HEADER", "ShardError", "ShardRouter", "check_shared_limits", "frame", "picklable", "read_frame", "shard_bounds", "shard_main"]
+__all__ = [
+    "HEADER",
+    "ShardError",
+    "ShardRouter",
+    "check_shared_limits",
+    "frame",
+    "picklable",
+    "read_frame",
+    "shard_bounds",
+    "shard_main",
+]
 
 HEADER = struct.Struct("!Q")
 """Length prefix of every frame."""

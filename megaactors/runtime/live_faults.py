@@ -16,7 +16,8 @@ simulation has as events. Injected LLM faults (``llm``) are not handled here: th
 through the provider model's retry path (:meth:`RuntimeOptions.llm_provider
 <megaactors.runtime.options.RuntimeOptions.llm_provider>`), decided per (agent, call,
 attempt) as in the simulation; only a timed ``llm`` window is decided at a wall-clock
-time, so with windows the live counts may differ from the simulation's. Messages still count once in the ledger; ``faults`` in the result counts
+time, so with windows the live counts may differ from the simulation's.
+Messages still count once in the ledger; ``faults`` in the result counts
 what happened, and agents left waiting make the run ``stalled``.
 """
 
