@@ -43,7 +43,9 @@ class ChatServer:
         tpm: float | None = None,
         fail_every: int = 0,
         burst_s: float = 60.0,
+        first_token_s: float = 0.0,
     ) -> None:
+        self.first_token_s = first_token_s
         self.burst = burst_s / 60  # a bucket holds this fraction of a minute's limit
         self.limits = {"requests": (rpm, rpm and rpm * self.burst), "tokens": (tpm, tpm and tpm * self.burst)}
         self.refilled = time.monotonic()
@@ -104,10 +106,29 @@ class ChatServer:
                     "total_tokens": prompt + completion,
                 }
             record["usage"] = (prompt, completion)
+            if body.get("stream"):
+                return await self._stream(request, answer)
             return web.json_response(answer)
         finally:
             self.in_flight -= 1
             record["left"] = time.monotonic()
+
+    async def _stream(self, request: web.Request, answer: dict[str, Any]) -> web.StreamResponse:
+        """``answer`` as server-sent events: a role chunk, the content in two chunks
+        ``first_token_s`` apart from the start, the usage, then ``[DONE]``."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        words = ["no", "ted"]
+        chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
+        chunks += [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in words]
+        chunks.append({"choices": [], "usage": answer.get("usage")})
+        for i, chunk in enumerate(chunks):
+            if i == 1:
+                await asyncio.sleep(self.first_token_s)
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
 
     def _over_limit(self, body: dict[str, Any]) -> dict[str, str] | None:
         """Token buckets (per minute, refilled continuously) as large providers run
@@ -358,7 +379,8 @@ def test_the_run_command_runs_against_an_endpoint_and_writes_its_call_log(tmp_pa
     log = tmp_path / "calls.jsonl"
     argv = ["run", "--runtime", "asyncio", "-n", "6", "-g", "3", "--endpoint-model", "local", "--json"]
     with serving(fail_first=1) as server:
-        assert main([*argv, "--endpoint", server.base_url, "--call-log", str(log), "--max-retries", "2"]) == 0
+        argv += ["--endpoint", server.base_url, "--call-log", str(log), "--max-retries", "2", "--endpoint-stream"]
+        assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["messages"] == expected_messages(Organisation.two_tier(6, 3)) and out["runtime"] == "asyncio"
     assert out["llm_calls"] == len(server.requests) - 1 and out["tokens_out"] == 60 * out["llm_calls"]
@@ -366,6 +388,7 @@ def test_the_run_command_runs_against_an_endpoint_and_writes_its_call_log(tmp_pa
     assert len(lines) == len(server.requests) and collections.Counter(x["status"] for x in lines)[503] == 1
     assert all(x["model"] == "local" and {"ts", "latency_s", "input_tokens", "output_tokens"} <= set(x) for x in lines)
     assert {r["body"]["model"] for r in server.requests} == {"local"}
+    assert [x["ttft_s"] is None for x in lines].count(True) == 1  # streamed, but for the 503
 
 
 @pytest.mark.parametrize(
@@ -388,3 +411,28 @@ def test_the_run_command_refuses_what_does_not_fit_an_endpoint(tmp_path, capsys,
     assert main(["run", "-n", "4", *(x.replace("{log}", str(log)) for x in extra)]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and "\n" not in err and not log.exists()
+
+
+def test_a_streamed_answer_is_put_together_and_its_time_to_first_token_logged(tmp_path) -> None:
+    log = tmp_path / "calls.jsonl"
+    with serving(first_token_s=0.2) as server:
+        client = ChatCompletionsClient(server.base_url, "m", stream=True, call_log=log)
+
+        async def main() -> Any:
+            async with client:
+                return await client.acomplete(3, 0, LLMRequest(output_tokens=7), 0, 10)
+
+        reply = asyncio.run(main())
+    body = server.requests[0]["body"]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert reply.text == "noted" and reply.tokens_out == 7 and reply.tokens_in == server.requests[0]["usage"][0]
+    (line,) = [json.loads(x) for x in log.read_text().splitlines()]
+    assert line["status"] == 200 and line["output_tokens"] == 7
+    assert 0.2 <= line["ttft_s"] <= line["latency_s"]
+
+
+def test_a_call_log_without_streaming_has_no_time_to_first_token(tmp_path) -> None:
+    log = tmp_path / "calls.jsonl"
+    with serving() as server:
+        chat_once(ChatCompletionsClient(server.base_url, "m", call_log=log))
+    assert "ttft_s" not in json.loads(log.read_text())

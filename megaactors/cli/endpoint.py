@@ -1,5 +1,5 @@
 """A real LLM endpoint on the command line: ``--endpoint URL`` (an OpenAI-compatible
-server), its model name, where its key is, and ``--call-log PATH``.
+server), its model name, where its key is, streaming, and ``--call-log PATH``.
 
 ``megaactors run --runtime asyncio --endpoint URL`` runs the behaviour against the
 endpoint instead of the simulated LLM (through
@@ -25,7 +25,15 @@ if TYPE_CHECKING:
     from megaactors.experiments.spec import RunSpec
     from megaactors.providers.chat_completions import ChatCompletionsClient
 
-__all__ = ["CALL_LOG", "ENDPOINT", "ENDPOINT_KEY_ENV", "ENDPOINT_MODEL", "add_endpoint_options", "endpoint_client"]
+__all__ = [
+    "CALL_LOG",
+    "ENDPOINT",
+    "ENDPOINT_KEY_ENV",
+    "ENDPOINT_MODEL",
+    "ENDPOINT_STREAM",
+    "add_endpoint_options",
+    "endpoint_client",
+]
 
 ENDPOINT = Param(
     "endpoint",
@@ -37,6 +45,9 @@ ENDPOINT_MODEL = Param("endpoint_model", str, "with --endpoint: the model name s
 ENDPOINT_KEY_ENV = Param(
     "endpoint_key_env", str, "with --endpoint: the environment variable holding its API key (none if unset)"
 )
+ENDPOINT_STREAM = Param(
+    "endpoint_stream", bool, "with --endpoint: ask for streamed answers (the call log then has ttft_s)"
+)
 CALL_LOG = Param(
     "call_log",
     str,
@@ -46,8 +57,8 @@ CALL_LOG = Param(
 
 
 def add_endpoint_options(parser: argparse.ArgumentParser) -> None:
-    """``--endpoint``, ``--endpoint-model``, ``--endpoint-key-env`` and ``--call-log``."""
-    for p in (ENDPOINT, ENDPOINT_MODEL, ENDPOINT_KEY_ENV, CALL_LOG):
+    """``--endpoint``, ``--endpoint-model``, ``--endpoint-key-env``, ``--endpoint-stream`` and ``--call-log``."""
+    for p in (ENDPOINT, ENDPOINT_MODEL, ENDPOINT_KEY_ENV, ENDPOINT_STREAM, CALL_LOG):
         add_param(parser, p)
 
 
@@ -55,8 +66,8 @@ def endpoint_client(args: argparse.Namespace, spec: RunSpec) -> ChatCompletionsC
     """The client ``--endpoint`` asks for (None: the simulated LLM); what does not fit
     with it is a :class:`~megaactors.cli.common.CommandError`, before anything runs."""
     if args.endpoint is None:
-        extra = [f"--{name.replace('_', '-')}" for name in ("endpoint_model", "endpoint_key_env", "call_log")
-                 if getattr(args, name) is not None]  # fmt: skip
+        given = [p.name for p in (ENDPOINT_MODEL, ENDPOINT_KEY_ENV, ENDPOINT_STREAM, CALL_LOG)]
+        extra = [f"--{name.replace('_', '-')}" for name in given if getattr(args, name) is not None]
         if extra:
             raise CommandError(f"{', '.join(extra)} need(s) --endpoint URL (a real endpoint)")
         return None
@@ -84,7 +95,8 @@ def endpoint_client(args: argparse.Namespace, spec: RunSpec) -> ChatCompletionsC
     from megaactors.errors import ParameterError
     from megaactors.providers.chat_completions import ChatCompletionsClient
 
-    options: dict[str, Any] = {"max_retries": spec.max_retries, "jitter_seed": spec.seed, "call_log": log}
+    options: dict[str, Any] = {"max_retries": spec.max_retries, "jitter_seed": spec.seed, "call_log": log,
+                               "stream": bool(args.endpoint_stream)}  # fmt: skip
     if spec.max_concurrent_llm is not None:
         options["max_concurrency"] = spec.max_concurrent_llm
     try:

@@ -22,8 +22,12 @@ it does not list, e.g. a local one).
 * **Call log**: with ``call_log=PATH`` every attempt appends one JSON object per
   line to PATH: ``ts`` (unix seconds at its start), ``latency_s``, ``input_tokens``
   and ``output_tokens`` (null unless answered), ``status`` (HTTP status, 0 for a
-  timeout or a connection error), ``model``, ``attempt`` — what ``megaactors
-  calibrate`` reads.
+  timeout or a connection error), ``model``, ``attempt`` (and ``ttft_s`` when
+  streaming) — what ``megaactors calibrate`` reads.
+* **Streaming**: with ``stream=True`` the request asks for server-sent events
+  (``"stream": true`` and ``stream_options.include_usage``); the answer is put
+  together from its chunks (the usage from the last one), and the call log gains
+  ``ttft_s``, the seconds from the attempt's start to the first chunk of content.
 * **Concurrency cap**: at most ``max_concurrency`` requests in flight per event
   loop; a call waiting to retry does not hold a slot.
 
@@ -82,6 +86,7 @@ class ChatCompletionsClient:
         extra_body: dict[str, Any] | None = None,
         call_log: str | Path | None = None,
         jitter_seed: int | None = None,
+        stream: bool = False,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ParameterError(f"base url must start with http:// or https://, got {base_url!r}")
@@ -108,6 +113,8 @@ class ChatCompletionsClient:
         self.extra_body = dict(extra_body or {})
         self.call_log = Path(call_log) if call_log is not None else None
         """Where every attempt is logged (JSON lines), or None."""
+        self.stream = bool(stream)
+        """Whether answers come as server-sent events (the call log then has ``ttft_s``)."""
         self._jitter = random.Random(jitter_seed)
         self.requests = 0
         """HTTP requests sent (attempts, retries included)."""
@@ -145,6 +152,8 @@ class ChatCompletionsClient:
         body: dict[str, Any] = {"model": self.model, "messages": messages, **self.extra_body}
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
+        if self.stream:
+            body["stream"], body["stream_options"] = True, {"include_usage": True}
         headers = {self.idempotency_header: idempotency_key or uuid.uuid4().hex}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -153,26 +162,29 @@ class ChatCompletionsClient:
         for attempt in range(self.max_retries + 1):
             retry_after, status, ts, t0 = 0.0, 0, time.time(), time.monotonic()
             data: dict[str, Any] | None = None
+            ttft: list[float] = []
             try:
                 async with semaphore:
                     self.requests += 1
                     ts, t0 = time.time(), time.monotonic()
                     async with session.post(self.url, json=body, headers=headers, timeout=timeout) as resp:
                         status = resp.status
-                        if resp.status == 200:
+                        if resp.status == 200 and self.stream:
+                            data = await self._streamed(resp, t0, ttft)
+                        elif resp.status == 200:
                             data = await self._json_object(resp)
                         else:
                             text = (await resp.text())[:300]
                             problem = f"HTTP {resp.status}: {text}"
                             if resp.status not in RETRYABLE_STATUS:
-                                self._log(ts, time.monotonic() - t0, status, attempt, None)
+                                self._log(ts, time.monotonic() - t0, status, attempt, None, ttft)
                                 raise LLMClientError(f"{self.url} answered {problem}")
                             retry_after = retry_after_s(resp.headers, resp.status)
             except TimeoutError:
                 problem = f"no complete answer within {self.timeout_s:g} s"
             except aiohttp.ClientError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
-            self._log(ts, time.monotonic() - t0, status, attempt, data)
+            self._log(ts, time.monotonic() - t0, status, attempt, data, ttft)
             if data is not None:
                 return data
             if attempt == self.max_retries:
@@ -182,8 +194,11 @@ class ChatCompletionsClient:
             await asyncio.sleep(min(self.backoff_max_s, max(jitter, retry_after)))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _log(self, ts: float, latency_s: float, status: int, attempt: int, data: dict[str, Any] | None) -> None:
-        """Append one attempt to the call log (if any)."""
+    def _log(
+        self, ts: float, latency_s: float, status: int, attempt: int, data: dict[str, Any] | None, ttft: list[float]
+    ) -> None:
+        """Append one attempt to the call log (if any); ``ttft`` holds its time to
+        first token when it streamed one."""
         if self.call_log is None:
             return
         usage = data.get("usage") if data is not None else None
@@ -197,6 +212,8 @@ class ChatCompletionsClient:
             "model": self.model,
             "attempt": attempt,
         }
+        if self.stream:
+            line["ttft_s"] = round(ttft[0], 6) if ttft else None
         with self.call_log.open("a") as f:
             f.write(json.dumps(line) + "\n")
 
@@ -208,6 +225,34 @@ class ChatCompletionsClient:
         if not isinstance(data, dict):
             raise LLMClientError(f"{self.url} answered a JSON {type(data).__name__}, not an object")
         return data
+
+    async def _streamed(self, resp: aiohttp.ClientResponse, t0: float, ttft: list[float]) -> dict[str, Any]:
+        """An answer sent as server-sent events, put together as a non-streamed one
+        would be; the monotonic seconds from ``t0`` to the first content go into ``ttft``."""
+        text: list[str] = []
+        usage: Any = None
+        async for raw in resp.content:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue  # blank lines between events, comments, other fields
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                break
+            try:
+                chunk = json.loads(payload)
+            except ValueError as exc:
+                raise LLMClientError(f"{self.url} streamed an event that is not JSON: {payload[:100]!r}") from exc
+            if not isinstance(chunk, dict):
+                raise LLMClientError(f"{self.url} streamed a JSON {type(chunk).__name__}, not an object")
+            usage = chunk.get("usage") or usage
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") if isinstance(choice, dict) else None
+                content = delta.get("content") if isinstance(delta, dict) else None
+                if isinstance(content, str) and content:
+                    if not ttft:
+                        ttft.append(time.monotonic() - t0)
+                    text.append(content)
+        return {"choices": [{"message": {"role": "assistant", "content": "".join(text)}}], "usage": usage}
 
     # ------------------------------------------------------------------ session
 
