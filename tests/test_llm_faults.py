@@ -110,3 +110,9 @@ def test_cli_reports_llm_faults_and_refuses_bad_ones(capsys):
     assert main(["run", "-n", "20", "--faults", "llm=2"]) == 2
     err = capsys.readouterr().err.strip()
     assert "llm must be a probability" in err and "\n" not in err
+
+
+def test_checkpointed_runs_refuse_llm_faults(tmp_path, capsys):
+    db = tmp_path / "runs.db"
+    assert main(["run", "-n", "10", "--faults", "llm=0.2", "--checkpoint", str(db), "--run-id", "r1"]) == 2
+    assert "llm faults" in capsys.readouterr().err and not db.exists()

@@ -213,6 +213,7 @@ _SPECS = st.builds(
     duplicate=st.floats(0, 1),
     delay=st.floats(0, 1),
     delay_s=st.floats(0, 5),
+    llm=st.floats(0, 0.9),
     crash=st.floats(0, 1),
     restart_s=st.floats(0, 5),
     restarts=st.integers(0, 3),
