@@ -23,8 +23,8 @@ the shards' peaks (an upper bound of the true peak).
 Sharding needs the ``fork`` start method (Linux, macOS) and refuses what would
 need state shared by every process: serial mode, ``max_concurrent_llm``,
 recruiting, named tool locks, faults, and rate limits shared by the run (or by a
-group cut between two shards: :func:`check_shared_limits`). An exception in any shard stops every shard and
-is raised by ``run()``.
+group cut between two shards: :func:`check_shared_limits`). An exception in any
+shard stops every shard and is raised by ``run()``.
 
 This module is what runs in a shard process: a :class:`ShardRouter` (the asyncio
 runtime's :class:`~megaactors.runtime.aio.Router`) that forwards what is for other
