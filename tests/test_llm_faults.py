@@ -116,3 +116,20 @@ def test_checkpointed_runs_refuse_llm_faults(tmp_path, capsys):
     db = tmp_path / "runs.db"
     assert main(["run", "-n", "10", "--faults", "llm=0.2", "--checkpoint", str(db), "--run-id", "r1"]) == 2
     assert "llm faults" in capsys.readouterr().err and not db.exists()
+
+
+def test_a_snapshot_mid_run_keeps_the_llm_fault_count():
+    def runtime():
+        return SimRuntime(Organisation.flat(8), Thinker(4), seed=2, trace=False, faults=FaultSpec(llm=0.3))
+
+    whole = runtime().run()
+    first = runtime()
+    first.start()
+    for _ in range(40):
+        first.step()
+    assert 0 < first.core.limits.faults < whole.faults["llm"]  # some counted before the snapshot, some after
+    second = runtime()
+    second.restore(first.snapshot())
+    resumed = second.run()
+    assert resumed.faults == whole.faults and whole.faults["llm"] > 0
+    assert resumed.ledger.provider_summary() == whole.ledger.provider_summary()

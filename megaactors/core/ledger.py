@@ -21,7 +21,7 @@ _ADDITIVE: tuple[str, ...] = ("messages", "bytes", "llm_calls", "tokens_in", "to
 _ADDITIVE += ("tool_calls", "tool_time_s", "lock_wait_s")
 PROVIDER_COUNTERS = ("rate_limited", "llm_errors", "llm_timeouts", "retries", "llm_wait_s", "failed_llm_calls")
 """What a provider model adds (see :mod:`megaactors.providers.limits`)."""
-_ADDITIVE += (*PROVIDER_COUNTERS, "llm_faults")
+_ADDITIVE += PROVIDER_COUNTERS
 """Totals that add up over the parts of a run."""
 
 AGENT_COLUMNS = ("sent", "received", "bytes_sent", "bytes_received", "llm_calls", "tokens_in", "tokens_out", "batches")
@@ -63,8 +63,6 @@ class Ledger:
         """Time calls spent backing off before a retry (Retry-After or jittered backoff)."""
         self.failed_llm_calls = 0
         """Calls that failed for good (retries exhausted): the behaviour got a failed reply."""
-        self.llm_faults = 0
-        """Attempts that failed with an injected fault (``faults`` reports them as ``llm``)."""
         self.virtual_time_s = 0.0
         self.wall_s = 0.0
         self.per_agent: dict[str, array[int]] = {c: array("q", bytes(8 * n_agents)) for c in AGENT_COLUMNS}

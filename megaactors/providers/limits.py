@@ -83,11 +83,13 @@ class TokenBucket:
 
 @dataclass(slots=True)
 class LimitState:
-    """The buckets of a run, by scope key (``-1`` for the run, a group id per group):
-    part of a simulation's state."""
+    """The buckets of a run, by scope key (``-1`` for the run, a group id per group),
+    and the attempts injected faults failed so far: part of a simulation's state."""
 
     requests: dict[int, TokenBucket] = field(default_factory=dict)
     tokens: dict[int, TokenBucket] = field(default_factory=dict)
+    faults: int = 0
+    """Attempts failed by an injected LLM fault (the result's ``faults["llm"]``)."""
 
 
 @dataclass(slots=True)

@@ -131,7 +131,7 @@ class Interpreter:
         self.latency_model = getattr(llm, "latency", None)
         """The simulated LLM's latency model (a retried attempt redraws its random part)."""
         self.limits = LimitState()
-        """The provider's token buckets (part of the run's state)."""
+        """The provider's token buckets and injected-fault count (part of the run's state)."""
         self.ledger.provider = self.provider is not None
         if self.provider is not None:
             self.provider.check_call_size(llm.tokens.system_tokens + llm.tokens.output_tokens)
@@ -319,7 +319,7 @@ class Interpreter:
         elif kind == "timeout":
             ledger.llm_timeouts += 1
         elif kind == "fault":
-            ledger.llm_faults += 1
+            self.limits.faults += 1
         if type(outcome) is Retrying:
             ledger.retries += 1
             ledger.llm_wait_s += outcome.backoff_s
@@ -359,10 +359,12 @@ class Interpreter:
         ledger.peak_queue_depth = max(ledger.peak_queue_depth, max(queued, default=0))
         ledger.virtual_time_s = virtual_time_s
         ledger.wall_s = wall_s
+        provider = self.provider
         return RunResult(
             runtime=runtime,
             org=self.org,
             ledger=ledger,
             trace=self.trace,
             states=[a.data for a in self.agents],
+            faults={"llm": self.limits.faults} if provider is not None and provider.injects_faults else None,
         )

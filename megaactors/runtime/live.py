@@ -446,6 +446,6 @@ class LiveRuntime(ABC):
         """``result`` with the run's fault counts, stalled agents and status (when it has faults)."""
         if self.live_faults is not None:
             self.live_faults.report(result, self.agents)
-        elif self.options.faults is not None and self.options.faults.active:  # injected LLM faults only
+        elif result.faults is not None:  # injected LLM faults only
             report(result, self.behaviour, self.agents, NetworkState())
         return result

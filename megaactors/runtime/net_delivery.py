@@ -281,9 +281,9 @@ def stalled_agents(
 
 
 def report(result: RunResult, behaviour: Behaviour, agents: list[Agent], state: NetworkState) -> None:
-    """Put the fault counts (the network's, and injected LLM faults as ``llm``), the
-    stalled agents and the status into ``result``."""
-    result.faults = {**state.counts, "llm": result.ledger.llm_faults}
+    """Put the fault counts (the network's, and the injected LLM faults the
+    interpreter counted, as ``llm``), the stalled agents and the status into ``result``."""
+    result.faults = {**state.counts, "llm": (result.faults or {}).get("llm", 0)}
     stalled = stalled_agents(behaviour, result.org, agents, result.ledger.per_agent["received"], state)
     result.stalled = {s.agent: s.waits_for for s in stalled}
     result.status = "stalled" if stalled else "ok"

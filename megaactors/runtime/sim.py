@@ -202,7 +202,7 @@ class SimRuntime(ProviderCalls, SimQueues):
         result = self.core.result(self.name, self.now, self.wall_s, map(self.queued, range(len(self.agents))))
         if self._net is not None:
             self._net.report(result, self.agents)
-        elif self.options.faults is not None and self.options.faults.active:  # injected LLM faults only
+        elif result.faults is not None:  # injected LLM faults only
             report(result, self.behaviour, self.agents, NetworkState())
         return result
 
