@@ -125,7 +125,7 @@ def test_a_snapshot_mid_run_keeps_the_llm_fault_count():
     whole = runtime().run()
     first = runtime()
     first.start()
-    for _ in range(40):
+    for _ in range(12):
         first.step()
     assert 0 < first.core.limits.faults < whole.faults["llm"]  # some counted before the snapshot, some after
     second = runtime()
