@@ -22,6 +22,7 @@ Everything is msgpack-ready: packed arrays, lists and dicts of numbers.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from itertools import chain
 from operator import attrgetter
 from typing import Any
@@ -32,18 +33,23 @@ from megaactors.errors import StateError
 from megaactors.providers.limits import LimitState, TokenBucket
 from megaactors.runtime.events import Event
 from megaactors.runtime.net_delivery import RESTART, NetworkState
+from megaactors.runtime.sim_state import SimState
 
 __all__ = [
+    "NetworkShadow",
     "QueueMarks",
     "encode_limits",
     "encode_network",
     "encode_provider_ledger",
     "encode_queues",
+    "fill_queues",
     "load_limits",
     "load_network",
+    "load_network_section",
     "load_provider_ledger",
     "load_queues",
     "network_events",
+    "network_section",
     "queue_marks",
     "transit_packets",
 ]
@@ -121,7 +127,7 @@ def load_network(state: NetworkState, v: dict[str, Any], packets: dict[int, Pack
             continue
         packet = packets.get(packet_id)
         if packet is None:
-            raise StateError(f"a copy in transit to agent {target} refers to packet {packet_id}, missing from the snapshot")
+            raise StateError(f"a copy in transit to agent {target} refers to packet {packet_id}, not in the snapshot")
         state.transit[key] = (kind, packet, target, attempt)
     state.down = {int(a): t for a, t in v["down"].items()}
     state.crashes = {int(a): n for a, n in v["crashes"].items()}
@@ -134,6 +140,69 @@ def load_network(state: NetworkState, v: dict[str, Any], packets: dict[int, Pack
 def network_events(v: dict[str, Any]) -> list[Event]:
     """The pending network events of :func:`encode_network`'s ``v`` (key = sequence)."""
     return [(t, key, -key) for key, t in zip(array("q", v["keys"]), array("d", v["times"]), strict=True)]
+
+
+class NetworkShadow:
+    """What a network looked like at the last description of a run, to tell what a
+    delta must hold: in-queue marks, crash counts, and how many ids each agent had seen."""
+
+    def __init__(self) -> None:
+        self.queues: QueueMarks = []
+        self.crashes: dict[int, int] = {}
+        self.seen: dict[int, int] = {}
+
+    def mark(self, state: SimState) -> None:
+        net = state.network
+        assert net is not None
+        self.queues = queue_marks(state.mail.inboxes)
+        self.crashes = dict(net.crashes)
+        self.seen = {a: len(ids) for a, ids in net.seen.items()}
+
+    def crashed(self, net: NetworkState) -> list[int]:
+        """The agents that crashed since the mark."""
+        return [a for a, n in net.crashes.items() if self.crashes.get(a, 0) != n]
+
+
+def network_section(state: SimState, shadow: NetworkShadow | None, changed: Sequence[int] = ()) -> dict[str, Any]:
+    """The ``net`` and ``queues`` of a full snapshot (``shadow`` None) or of a delta
+    since ``shadow``'s mark, whose agents ``changed`` (their records are stored)."""
+    net, inboxes = state.network, state.mail.inboxes
+    assert net is not None
+    if shadow is None:
+        return {"net": encode_network(net, state.events, None),
+                "queues": encode_queues(inboxes, [a for a, q in enumerate(inboxes) if q])}  # fmt: skip
+    marks, before = queue_marks(inboxes), shadow.queues
+    moved = set(changed)
+    moved.update(a for a, m in enumerate(marks) if a >= len(before) or before[a] != m)
+    grew = [a for a, ids in net.seen.items() if shadow.seen.get(a) != len(ids)]
+    return {"net": encode_network(net, state.events, grew), "queues": encode_queues(inboxes, sorted(moved))}
+
+
+def load_network_section(
+    state: SimState, s: dict[str, Any], packets: dict[int, Packet], queues: dict[int, list[int]]
+) -> list[Event]:
+    """Load the network's state of a full snapshot or delta ``s`` into ``state``, its
+    in-queues into ``queues``; return its pending network events."""
+    if state.network is None:
+        if "net" in s:
+            raise StateError("the snapshot holds a network's state but these parameters have no network")
+        return []
+    if "net" not in s:
+        raise StateError("these parameters have a network but the snapshot holds no network state")
+    load_network(state.network, s["net"], packets)
+    load_queues(s["queues"], queues)
+    return network_events(s["net"])
+
+
+def fill_queues(state: SimState, queues: dict[int, list[int]], packets: dict[int, Packet]) -> None:
+    """Rebuild the private in-queues of a run through a network, packet by packet."""
+    state.mail.refill([], [-1] * len(state.agents))
+    inboxes = state.mail.inboxes
+    for aid, ids in queues.items():
+        missing = [i for i in ids if i not in packets]
+        if missing:
+            raise StateError(f"agent {aid}: its queued packet {missing[0]} is missing from the snapshot")
+        inboxes[aid][:] = [packets[i] for i in ids]
 
 
 def encode_limits(limits: LimitState) -> dict[str, Any]:

@@ -50,17 +50,14 @@ from megaactors.core.messages import ADMIN, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.durable.agent_rows import encode_agent_rows, load_agent_rows
 from megaactors.durable.net_rows import (
-    QueueMarks,
+    NetworkShadow,
     encode_limits,
-    encode_network,
     encode_provider_ledger,
-    encode_queues,
+    fill_queues,
     load_limits,
-    load_network,
+    load_network_section,
     load_provider_ledger,
-    load_queues,
-    network_events,
-    queue_marks,
+    network_section,
     transit_packets,
 )
 from megaactors.durable.state_codec import (
@@ -79,9 +76,9 @@ from megaactors.durable.state_codec import (
     set_cells,
 )
 from megaactors.errors import StateError
+from megaactors.runtime.events import Event
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.sim import SimRuntime
-from megaactors.runtime.events import Event
 from megaactors.runtime.sim_state import SimState
 
 __all__ = ["ChangeTracker", "DurableSim", "StateError"]
@@ -200,12 +197,8 @@ class DurableSim(SimRuntime):
         self._shadow_ledger: dict[str, np.ndarray] = {}
         self._shadow_trace = (0, 0)
         self._shadow_recruits = 0
-        self._shadow_queues: QueueMarks = []
-        """In-queue marks at the last description (a run through a network)."""
-        self._shadow_crashes: dict[int, int] = {}
         self._shadow_llm_waiting: set[int] = set()
-        self._shadow_seen: dict[int, int] = {}
-        """How many message ids each agent had seen at the last description."""
+        self._shadow_net = NetworkShadow()
 
     # ------------------------------------------------------------------ writing out
 
@@ -231,9 +224,7 @@ class DurableSim(SimRuntime):
             start_effects={aid: encode_effects(e) for aid, e in state.start_effects.items()},
         )
         if net is not None:
-            out["net"] = encode_network(net, state.events, None)
-            inboxes = state.mail.inboxes
-            out["queues"] = encode_queues(inboxes, [a for a, q in enumerate(inboxes) if q])
+            out.update(network_section(state, None))
         self.mark_clean()
         return out
 
@@ -259,9 +250,7 @@ class DurableSim(SimRuntime):
         ran = np.bincount(events[events >= 0], minlength=len(agents))  # network events have negative keys
         net = state.network
         if net is not None:  # a crash changes a record (in-queue, phase, maybe state and memory) outside its events
-            shadow_crashes = self._shadow_crashes
-            crashed = [a for a, n in net.crashes.items() if shadow_crashes.get(a, 0) != n]
-            ran[crashed] += 2  # stored in full
+            ran[self._shadow_net.crashed(net)] += 2  # stored in full
         changed |= ran > 0
         at = np.flatnonzero(changed)
         rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]))
@@ -301,14 +290,7 @@ class DurableSim(SimRuntime):
             started=sorted(started),
         )
         if net is not None:
-            marks = queue_marks(state.mail.inboxes)
-            shadow_marks = self._shadow_queues
-            moved = set(at.tolist())
-            moved.update(a for a, m in enumerate(marks) if a >= len(shadow_marks) or shadow_marks[a] != m)
-            shadow_seen = self._shadow_seen
-            grew = [a for a, ids in net.seen.items() if shadow_seen.get(a) != len(ids)]
-            out["net"] = encode_network(net, state.events, grew)
-            out["queues"] = encode_queues(state.mail.inboxes, sorted(moved))
+            out.update(network_section(state, self._shadow_net, at.tolist()))
         self._shadow_awake = awake.tobytes()
         self._llm_at_mark = llm_at_mark
         self._reset_tracking(state)
@@ -333,11 +315,8 @@ class DurableSim(SimRuntime):
         self._shadow_started = set(state.start_effects)
         if state.limits is not None:
             self._shadow_llm_waiting = set(state.llm_waiting)
-        net = state.network
-        if net is not None:
-            self._shadow_queues = queue_marks(state.mail.inboxes)
-            self._shadow_crashes = dict(net.crashes)
-            self._shadow_seen = {a: len(ids) for a, ids in net.seen.items()}
+        if state.network is not None:
+            self._shadow_net.mark(state)
         self.tracker.reset()
 
     def _memory_kinds(self, at: np.ndarray, ran: np.ndarray) -> np.ndarray:
@@ -414,7 +393,7 @@ class DurableSim(SimRuntime):
         else:
             state = self.snapshot()
             heads = self._load_full(state, base, packets, flight)
-            net_events = self._load_network(state, base, packets, queues)
+            net_events = load_network_section(state, base, packets, queues)
         for d in chain[1:]:
             self._grow(d["recruits"])
             if d["n"] != len(state.agents):
@@ -433,13 +412,13 @@ class DurableSim(SimRuntime):
             for p in decode_packets(d["packets"], self.org):
                 packets[p.first_id] = p
             if "net" in d:
-                net_events = self._load_network(state, d, packets, queues)
+                net_events = load_network_section(state, d, packets, queues)
         if len(chain) > 1 or base["kind"] == "full":
             self._load_common(state, chain[-1])
         if state.network is None:
             _fill_inboxes(state, heads, packets)
         else:
-            _fill_queues(state, queues, packets)
+            fill_queues(state, queues, packets)
         state.events = [(t, seq, aid) for aid, (t, seq) in flight.items()] + net_events
         state.started = True
         self.restore(state)
@@ -461,22 +440,6 @@ class DurableSim(SimRuntime):
         for p in decode_packets(base["packets"], self.org):
             packets[p.first_id] = p
         return heads
-
-    @staticmethod
-    def _load_network(
-        state: SimState, s: dict[str, Any], packets: dict[int, Packet], queues: dict[int, list[int]]
-    ) -> list[Event]:
-        """Load the network's state and in-queues of a full snapshot or delta ``s``;
-        return its pending network events."""
-        if state.network is None:
-            if "net" in s:
-                raise StateError("the snapshot holds a network's state but these parameters have no network")
-            return []
-        if "net" not in s:
-            raise StateError("these parameters have a network but the snapshot holds no network state")
-        load_network(state.network, s["net"], packets)
-        load_queues(s["queues"], queues)
-        return network_events(s["net"])
 
     def _grow(self, recruiters: list[int]) -> None:
         """Recruit again, in order, the agents recruited by ``recruiters`` (their records
@@ -513,14 +476,3 @@ def _fill_inboxes(state: SimState, heads: array[int], packets: dict[int, Packet]
     for aid, head in enumerate(heads):
         if head >= 0 and state.mail.head(aid) != head:
             raise StateError(f"agent {aid}: its queued packet {head} is missing from the snapshot")
-
-
-def _fill_queues(state: SimState, queues: dict[int, list[int]], packets: dict[int, Packet]) -> None:
-    """Rebuild the private in-queues of a run through a network, packet by packet."""
-    state.mail.refill([], [-1] * len(state.agents))
-    inboxes = state.mail.inboxes
-    for aid, ids in queues.items():
-        missing = [i for i in ids if i not in packets]
-        if missing:
-            raise StateError(f"agent {aid}: its queued packet {missing[0]} is missing from the snapshot")
-        inboxes[aid][:] = [packets[i] for i in ids]
