@@ -1,8 +1,9 @@
 """Resume: a run restored from any checkpoint ends exactly as a run never interrupted.
 
 In process: the state of a simulation (agents, queues, calls in flight, locks,
-recruits, ledger, trace) is written as full snapshots and deltas and restored at
-random steps over random configurations. Out of process: real ``megaactors run``
+recruits, ledger, trace; copies in transit, crashed agents and seen ids of a network;
+token buckets and retries of a provider model) is written as full snapshots and
+deltas and restored at random steps over random configurations. Out of process: real ``megaactors run``
 processes are killed with SIGKILL at random moments (and some of their resumes
 too), and ``megaactors resume`` must print the same JSON as an uninterrupted run,
 apart from wall time."""
@@ -31,6 +32,8 @@ from megaactors.core.messages import HIERARCHY, INTRA
 from megaactors.durable import DurableOptions, open_store, run_durable
 from megaactors.durable.checkpointing import Progress
 from megaactors.durable.state import DurableSim, StateError
+from megaactors.network import FaultSpec, NetworkModel
+from megaactors.providers.limits import ProviderModel
 
 
 class Busy:
@@ -78,8 +81,22 @@ class Busy:
 
 TOOLS = {"git": lambda args: args[0] * 10 + args[1]}
 
+_LOSSY = FaultSpec(drop=0.1, duplicate=0.1, delay=0.1, delay_s=0.4, crash=0.05, restart_s=0.7, timeout_s=0.6)
+NETS: list[dict[str, Any]] = [
+    {},
+    {"faults": _LOSSY},
+    {"network": NetworkModel({"hierarchy": 0.05}, jitter_s=0.1), "faults": FaultSpec(
+        duplicate=0.2, dedup=False, crash=0.1, keep="nothing", restart_s=0.5, recover=False)},
+    {"provider": ProviderModel(rpm=40, failure_rate=0.2, timeout_s=1.5, max_retries=2, base_s=0.3, seed=3)},
+    {"faults": FaultSpec(drop=0.1, crash=0.1, keep="inbox", retries=1, timeout_s=0.3), "network": NetworkModel(
+        {"hierarchy": 0.02}), "provider": ProviderModel(tpm=4000, failure_rate=0.1, max_retries=1, base_s=0.2)},
+]  # fmt: skip
+"""Options of a run through a network with faults and under a provider model."""
 
-def _runtime(cls: type, org_args: tuple[int, int], rounds: int, seed: int, serial: bool, cap: int | None) -> Any:
+
+def _runtime(
+    cls: type, org_args: tuple[int, int], rounds: int, seed: int, serial: bool, cap: int | None, net: int = 0
+) -> Any:
     return cls(
         Organisation.hierarchy(*org_args),
         Busy(rounds),
@@ -88,6 +105,7 @@ def _runtime(cls: type, org_args: tuple[int, int], rounds: int, seed: int, seria
         max_concurrent_llm=cap,
         trace=True,
         tools=TOOLS,
+        **NETS[net],
     )
 
 
@@ -102,10 +120,13 @@ def _wire(x: Any) -> Any:
     return msgpack.unpackb(msgpack.packb(x), strict_map_key=False)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=30, deadline=None)
 # agents recruited while broadcasts are in the same super-step's delta, and broadcasts without
 @example(n=3, fanout=4, rounds=3, seed=1, serial=False, cap=None, window=0.5, fulls=[False], picks=[3, 7, 11],
-         genesis=True)  # fmt: skip
+         genesis=True, net=0)  # fmt: skip
+# every fault, latency and a provider model at once; an LLM slot freed for a call the limits refuse
+@example(n=25, fanout=3, rounds=3, seed=5, serial=False, cap=2, window=0.5, fulls=[False, False, True],
+         picks=[5, 17, 40], genesis=True, net=4)  # fmt: skip
 @given(
     n=st.integers(2, 25),
     fanout=st.integers(2, 4),
@@ -117,6 +138,7 @@ def _wire(x: Any) -> Any:
     fulls=st.lists(st.booleans(), min_size=1, max_size=60),
     picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=3),
     genesis=st.booleans(),
+    net=st.integers(0, len(NETS) - 1),
 )
 def test_restoring_any_step_continues_exactly(
     n: int,
@@ -129,10 +151,10 @@ def test_restoring_any_step_continues_exactly(
     fulls: list[bool],
     picks: list[int],
     genesis: bool,
+    net: int,
 ) -> None:
-    args = ((n, fanout), rounds, seed, serial, cap)
-    reference = SimRuntime(Organisation.hierarchy(n, fanout), Busy(rounds), seed=seed, serial=serial,
-                           max_concurrent_llm=cap, trace=True, tools=TOOLS)  # fmt: skip
+    args = ((n, fanout), rounds, seed, serial, cap, net)
+    reference = _runtime(SimRuntime, *args)
     reference.run()
     expected = _outcome(reference)
     rt = _runtime(DurableSim, *args)

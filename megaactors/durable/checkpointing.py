@@ -447,7 +447,10 @@ def fork_run(
     if params is None or params == source.params:
         store.fork(run_id, step, new_run_id)
         return
-    RunSpec.from_dict(params)  # the new parameters must be valid too
+    new_spec = RunSpec.from_dict(params)  # the new parameters must be valid too
     rt = restored(store, run_id, step)
+    packed = pack_state(rt.full())
+    # and must take the state: a fork may add a network or a provider model, not drop one
+    _simulation(new_spec).restore_chain([decode_state(seal_state(packed), where=f"run {run_id!r} step {step}")])
     meta = {**store.get(run_id, step).meta, "forked_from": [run_id, step]}
-    store.fork(run_id, step, new_run_id, params=params, snapshot=(meta, seal_state(pack_state(rt.full()))))
+    store.fork(run_id, step, new_run_id, params=params, snapshot=(meta, seal_state(packed)))

@@ -179,16 +179,26 @@ def network_section(state: SimState, shadow: NetworkShadow | None, changed: Sequ
 
 
 def load_network_section(
-    state: SimState, s: dict[str, Any], packets: dict[int, Packet], queues: dict[int, list[int]]
+    state: SimState,
+    s: dict[str, Any],
+    packets: dict[int, Packet],
+    queues: dict[int, list[int]],
+    heads: array[int] | None = None,
 ) -> list[Event]:
     """Load the network's state of a full snapshot or delta ``s`` into ``state``, its
-    in-queues into ``queues``; return its pending network events."""
+    in-queues into ``queues``; return its pending network events. A full snapshot of
+    a run without a network (its in-queue ``heads`` given) is taken as a network with
+    nothing in transit: a fork that adds one."""
     if state.network is None:
         if "net" in s:
-            raise StateError("the snapshot holds a network's state but these parameters have no network")
+            raise StateError("the run has a network (latency or faults) that these parameters drop")
         return []
     if "net" not in s:
-        raise StateError("these parameters have a network but the snapshot holds no network state")
+        if heads is None:
+            raise StateError("these parameters have a network but the snapshot holds no network state")
+        state.mail.refill([packets[i] for i in sorted(packets)], heads)
+        queues.update((a, [p.first_id for p in state.mail.take(a)[0]]) for a in range(len(state.agents)))
+        return []
     load_network(state.network, s["net"], packets)
     load_queues(s["queues"], queues)
     return network_events(s["net"])

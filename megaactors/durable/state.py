@@ -393,7 +393,7 @@ class DurableSim(SimRuntime):
         else:
             state = self.snapshot()
             heads = self._load_full(state, base, packets, flight)
-            net_events = load_network_section(state, base, packets, queues)
+            net_events = load_network_section(state, base, packets, queues, heads)
         for d in chain[1:]:
             self._grow(d["recruits"])
             if d["n"] != len(state.agents):
@@ -463,9 +463,9 @@ class DurableSim(SimRuntime):
         state.lock_waiting = {name: list(q) for name, q in s["lock_waiting"].items()}
         state.recruited = {int(k): list(v) for k, v in s["recruited"].items()}
         load_ledger(state.ledger, s["ledger"])
-        if (state.limits is None) != ("limits" not in s):
-            raise StateError("the snapshot and these parameters disagree on whether the run has a provider model")
-        if state.limits is not None:
+        if state.limits is None and "limits" in s:
+            raise StateError("the run has a provider model (limits, failures or timeouts) that these parameters drop")
+        if state.limits is not None and "limits" in s:  # else: a fork that adds one starts with full buckets
             load_limits(state.limits, s["limits"])
             load_provider_ledger(state.ledger, s["provider"])
 
