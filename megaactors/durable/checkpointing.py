@@ -48,7 +48,7 @@ from megaactors.durable.interrupts import EditRefused, RunInterrupted, StateEdit
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.packable import pack_checked
 from megaactors.durable.runqueue import retry_busy
-from megaactors.durable.state import DurableSim
+from megaactors.durable.state import DurableSim, StateError
 from megaactors.durable.store import (
     CheckpointLog,
     CheckpointRecord,
@@ -450,7 +450,9 @@ def fork_run(
     new_spec = RunSpec.from_dict(params)  # the new parameters must be valid too
     rt = restored(store, run_id, step)
     packed = pack_state(rt.full())
-    # and must take the state: a fork may add a network or a provider model, not drop one
-    _simulation(new_spec).restore_chain([decode_state(seal_state(packed), where=f"run {run_id!r} step {step}")])
+    try:  # and must take the state: a fork may add a network or a provider model, not drop one
+        _simulation(new_spec).restore_chain([decode_state(seal_state(packed), where=f"run {run_id!r} step {step}")])
+    except StateError as exc:
+        raise ParameterError(f"a fork of run {run_id!r} cannot take these parameters: {exc}") from None
     meta = {**store.get(run_id, step).meta, "forked_from": [run_id, step]}
     store.fork(run_id, step, new_run_id, params=params, snapshot=(meta, seal_state(packed)))
