@@ -344,54 +344,53 @@ end = 6.0
 """
 
 
-def test_a_network_faults_and_provider_limits_survive_checkpoints_kills_and_forks(tmp_path: Path) -> None:
+def test_a_network_faults_and_provider_limits_survive_checkpoints_kills_and_forks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Latency, jitter, every fault (a partition window too) and the provider's limits,
     failures and timeouts: a checkpointed run reports what the plain run does; so does
-    one SIGKILLed mid-run and resumed; a fork may change them from a checkpoint on."""
+    one SIGKILLed mid-run (a real process) and resumed; a fork may change them from a
+    checkpoint on, not drop the network."""
+    from megaactors.cli import main
+
+    def call(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
     faults = tmp_path / "faults.toml"
     faults.write_text(FAULTS)
     spec = ("--topology", "two-tier", "--agents", "200", "--group-size", "8", "--rounds", "2", "--seed", "4",
             "--net-latency", "intra=0.05,admin=0.2", "--net-jitter", "0.05", "--faults", str(faults),
             "--rpm", "1500", "--tpm", "400000", "--llm-failure-rate", "0.05", "--llm-timeout-s", "3")  # fmt: skip
     db = str(tmp_path / "net.db")
-    plain = _cli("run", *spec, "--json")
-    whole = _cli("run", *spec, "--checkpoint", db, "--run-id", "whole", "--step-seconds", "0.5", "--json")
     victim = _cli("run", *spec, "--checkpoint", db, "--run-id", "killed", "--step-seconds", "0.25", "--lease", "0.4")
     _past_first_checkpoint(db, "killed", victim)
     victim.send_signal(signal.SIGKILL)
     victim.communicate()
-    expected = json.loads(plain.communicate(timeout=120)[0])
-    expected.pop("wall_s")
-    faults_seen = expected["faults"]
-    assert all(faults_seen[k] for k in ("drop", "duplicate", "delay", "crash", "restart", "partition", "resent"))
+    code, out, err = call("run", *spec, "--json")
+    expected = {**json.loads(out), "wall_s": None}
+    seen = expected["faults"]
+    assert all(seen[k] for k in ("drop", "duplicate", "delay", "crash", "restart", "partition", "resent"))
     assert all(expected[k] for k in ("rate_limited", "retries", "failed_llm_calls", "llm_timeouts", "llm_errors"))
-    out, err = whole.communicate(timeout=120)
-    assert whole.returncode == 0, err
-    assert {**json.loads(out), "wall_s": None} == {**expected, "wall_s": None}
+    code, out, err = call("run", *spec, "--checkpoint", db, "--run-id", "whole", "--step-seconds", "0.5", "--json")
+    assert code == 0 and {**json.loads(out), "wall_s": None} == expected, err
     with open_store(db, readonly=True) as store:
         run = store.get_run("killed")
         assert run.status != "done" and run.step, "the kill came too late to test a resume"
-        step = run.step
-    resumed = _cli("resume", "--checkpoint", db, "--run-id", "killed", "--wait", "5", "--json")
-    out, err = resumed.communicate(timeout=120)
-    assert resumed.returncode == 0, err
-    assert {**json.loads(out), "wall_s": None} == {**expected, "wall_s": None}
+        step = str(run.step)
+    code, out, err = call("resume", "--checkpoint", db, "--run-id", "killed", "--wait", "5", "--json")
+    assert code == 0 and {**json.loads(out), "wall_s": None} == expected, err
     worse = tmp_path / "worse.toml"
     worse.write_text(FAULTS.replace("drop = 0.05", "drop = 0.2"))
-    forked = _cli("fork", "--db", db, "--run-id", "killed", "--step", str(step), "--new-run-id", "what-if",
-                  "--set", "llm_failure_rate=0.3", "--set", f"faults={worse}")  # fmt: skip
-    assert forked.wait(timeout=60) == 0, forked.communicate()[1]
-    out, err = _cli("resume", "--checkpoint", db, "--run-id", "what-if", "--wait", "5", "--json").communicate(
-        timeout=120
-    )
+    code, out, err = call("fork", "--db", db, "--run-id", "killed", "--step", step, "--new-run-id", "what-if",
+                          "--set", "llm_failure_rate=0.3", "--set", f"faults={worse}", "--run", "--json")  # fmt: skip
+    assert code == 0, err
     what_if = json.loads(out)
-    assert (
-        what_if["failed_llm_calls"] > expected["failed_llm_calls"] and what_if["faults"]["drop"] > faults_seen["drop"]
-    )
-    dropped = _cli("fork", "--db", db, "--run-id", "killed", "--step", str(step), "--new-run-id", "calm",
-                   "--set", "faults=drop=0", "--set", "net_latency=intra=0", "--set", "net_jitter=0")  # fmt: skip
-    _, err = dropped.communicate(timeout=60)
-    assert dropped.returncode == 2 and "network" in err and len(err.strip().splitlines()) == 1, err
+    assert what_if["failed_llm_calls"] > expected["failed_llm_calls"] and what_if["faults"]["drop"] > seen["drop"]
+    code, _, err = call("fork", "--db", db, "--run-id", "killed", "--step", step, "--new-run-id", "calm",
+                        "--set", "faults=drop=0", "--set", "net_latency=intra=0", "--set", "net_jitter=0")  # fmt: skip
+    assert code == 2 and "these parameters drop" in err and "network" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_sigkill_signal_really_is_kill() -> None:
