@@ -180,6 +180,34 @@ def test_restoring_any_step_continues_exactly(
         assert _outcome(restored) == expected, f"restored at step {k} (full at {base})"
 
 
+def test_a_fork_may_add_a_network_and_limits_but_not_drop_them() -> None:
+    """A full snapshot of a run without a network or provider model, restored under
+    both (what ``fork --set`` does), goes on through them; its later deltas restore
+    exactly. Dropping them is refused: copies in transit would vanish."""
+    args = ((20, 3), 3, 1, False, 2)
+    plain = _runtime(DurableSim, *args, 0)
+    plain.start()
+    for _ in range(4):
+        plain.advance((math.floor(plain.next_event_time / 0.5) + 1) * 0.5)
+    chain = [_wire(plain.full())]
+    rt = _runtime(DurableSim, *args, 4)
+    rt.restore_chain(_wire(chain))
+    while not rt.finished:
+        rt.advance((math.floor(rt.next_event_time / 0.5) + 1) * 0.5)
+        chain.append(_wire(rt.delta()))
+    expected = _outcome(rt)
+    assert rt.result().faults["drop"] and rt.ledger.rate_limited
+    for k in (1, len(chain) // 2, len(chain) - 1):
+        again = _runtime(DurableSim, *args, 4)
+        again.restore_chain(_wire(chain[: k + 1]))
+        again.run()
+        assert _outcome(again) == expected, f"restored at delta {k}"
+    full = _wire(rt.full())
+    for net in (0, 1, 3):  # neither, no provider model, no network
+        with pytest.raises(StateError, match="these parameters drop"):
+            _runtime(DurableSim, *args, net).restore_chain([full])
+
+
 def test_restore_refuses_what_does_not_fit() -> None:
     rt = DurableSim(Organisation.star(5), Busy(1))
     rt.start()
