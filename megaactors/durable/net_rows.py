@@ -106,7 +106,7 @@ def encode_network(state: NetworkState, events: list[Event], seen_of: list[int] 
         "packets": array("q", (-1 if r else e[1].first_id for e, r in zip(entries, restart, strict=True))).tobytes(),
         "targets": array("q", (e[1] if r else e[2] for e, r in zip(entries, restart, strict=True))).tobytes(),
         "attempts": array("q", (0 if r else e[3] for e, r in zip(entries, restart, strict=True))).tobytes(),
-        "down": {a: t for a, t in state.down.items()},
+        "down": dict(state.down),
         "crashes": dict(state.crashes),
         "counts": dict(state.counts),
         "undelivered": dict(state.undelivered),
