@@ -112,10 +112,14 @@ def test_cli_reports_llm_faults_and_refuses_bad_ones(capsys):
     assert "llm must be a probability" in err and "\n" not in err
 
 
-def test_checkpointed_runs_refuse_llm_faults(tmp_path, capsys):
-    db = tmp_path / "runs.db"
-    assert main(["run", "-n", "10", "--faults", "llm=0.2", "--checkpoint", str(db), "--run-id", "r1"]) == 2
-    assert "llm faults" in capsys.readouterr().err and not db.exists()
+def test_a_checkpointed_run_counts_llm_faults_as_a_plain_one_does(tmp_path, capsys):
+    argv = ["run", "-n", "20", "-g", "5", "-r", "2", "--faults", "llm=0.2", "--json"]
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--checkpoint", str(tmp_path / "runs.db"), "--run-id", "r1"]) == 0
+    durable = json.loads(capsys.readouterr().out)
+    assert plain["faults"]["llm"] > 0 and durable["faults"] == plain["faults"]
+    assert all(durable[k] == plain[k] for k in ("retries", "failed_llm_calls", "messages", "llm_calls"))
 
 
 def test_a_snapshot_mid_run_keeps_the_llm_fault_count():
@@ -133,3 +137,13 @@ def test_a_snapshot_mid_run_keeps_the_llm_fault_count():
     resumed = second.run()
     assert resumed.faults == whole.faults and whole.faults["llm"] > 0
     assert resumed.ledger.provider_summary() == whole.ledger.provider_summary()
+
+
+def test_a_checkpoint_carries_the_llm_fault_count():
+    from megaactors.durable.net_rows import encode_limits, load_limits
+    from megaactors.providers.limits import LimitState
+
+    assert "faults" not in encode_limits(LimitState())  # runs without injected faults: checkpoints as before
+    loaded = LimitState()
+    load_limits(loaded, encode_limits(LimitState(faults=5)))
+    assert loaded.faults == 5

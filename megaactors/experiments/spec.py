@@ -235,16 +235,6 @@ class RunSpec:
             seed=self.seed,
         )
 
-    def check_checkpointable(self) -> None:
-        """Refuse what checkpointed runs do not carry yet: the provider's limits, failures
-        and timeouts, injected LLM faults (their token buckets and retries are not in a
-        checkpoint)."""
-        faults = self.fault_spec()
-        if self.provider().active or (faults is not None and faults.may("llm")):
-            raise ParameterError(
-                "checkpointed and queued runs do not take rpm, tpm, llm_failure_rate, llm_timeout_s or llm faults yet"
-            )
-
     def network(self) -> NetworkModel | None:
         """The network ``net_latency``, ``net_jitter`` and ``machines`` describe (None:
         every message arrives at once)."""
