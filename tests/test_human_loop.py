@@ -164,3 +164,17 @@ def test_an_interrupt_effect_stops_the_run_each_time_once_and_resume_ends_as_if_
     asked = sorted(agent for agent, _ in reference.interrupts)
     assert asked == list(range(6)) and 2 <= len(stops) - 1 <= 6  # every agent asked; some in one super-step
     assert plain(stops[-1]) == plain(reference.summary())
+
+
+def test_megaagent_reads_a_human_message_as_a_note_and_finishes() -> None:
+    spec = RunSpec(topology="two-tier", agents=40, group_size=6, behaviour="megaagent", seed=1)
+    untouched = spec.execute()
+    rt = spec.build()
+    rt.start()
+    rt.advance(30.0)
+    for agent in range(0, 40, 3):
+        rt.send_human(agent, "status, please")
+    result = rt.run()
+    assert result.status == "ok" and result.ledger.messages_by_channel[HUMAN] == 14
+    assert result.ledger.messages == untouched.ledger.messages + 14
+    assert result.ledger.llm_calls > untouched.ledger.llm_calls  # read, each with a call of its own or in a batch

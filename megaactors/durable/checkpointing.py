@@ -44,7 +44,7 @@ from typing import Any
 
 from megaactors.core.behaviour import Behaviour, check_organisation
 from megaactors.durable import spans
-from megaactors.durable.interrupts import EFFECT, EditRefused, HumanEdits, RunInterrupted, check_condition, due
+from megaactors.durable.interrupts import EditRefused, HumanEdits, RunInterrupted, asked, check_condition, due
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.packable import pack_checked
 from megaactors.durable.runqueue import retry_busy
@@ -256,17 +256,6 @@ class _Writer:
                 store.close()
 
 
-def _asked(interrupts: list[tuple[int, str]]) -> tuple[str, str] | None:
-    """The stop the behaviour asked for in the last super-step (its first
-    :class:`~megaactors.core.behaviour.Interrupt`), taking them all: they fire once."""
-    if not interrupts:
-        return None
-    (agent, reason), more = interrupts[0], len(interrupts) - 1
-    interrupts.clear()
-    also = f" (and {more} more)" if more else ""
-    return EFFECT, f"interrupted by agent {agent}: {reason}{also} (Interrupt effect)"
-
-
 def _window_end(t: float, step_s: float) -> float:
     until = (math.floor(t / step_s) + 1) * step_s
     return until if until > t else math.nextafter(t, math.inf)
@@ -375,11 +364,11 @@ def _run_durable(
             every = options.checkpoint_every
             written = step
             when = None if options.interrupt_when is None else check_condition(options.interrupt_when)
-            asked = rt.core.interrupts  # the behaviour's Interrupt effects, consumed here
-            while not rt.finished or asked:
+            requests = rt.core.interrupts  # the behaviour's Interrupt effects, taken here
+            while not rt.finished or requests:
                 if lost is not None and lost():
                     raise FencingError(f"run {run_id!r}: lease lost (heartbeat) at super-step {step}")
-                fired = _asked(asked) or due(rt.next_event_time, rt.ledger, options.interrupt_at, when)
+                fired = asked(requests) or due(rt.next_event_time, rt.ledger, options.interrupt_at, when)
                 if fired is not None:
                     rt.wall_s = wall_before + time.perf_counter() - wall0
                     if written != step:

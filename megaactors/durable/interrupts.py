@@ -31,7 +31,7 @@ from typing import Any
 from megaactors.core.messages import check_human_text
 from megaactors.errors import MessageError, ParameterError
 
-__all__ = ["EFFECT", "LEDGER_TOTALS", "EditRefused", "HumanEdits", "RunInterrupted", "check_condition", "due"]
+__all__ = ["EFFECT", "LEDGER_TOTALS", "EditRefused", "HumanEdits", "RunInterrupted", "asked", "check_condition", "due"]
 
 LEDGER_TOTALS = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd")
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -170,3 +170,15 @@ def due(
             why = f"interrupted when {name} {op} {value:g} ({name} = {getattr(ledger, name):g}; --interrupt-when)"
             return "interrupt_when", why
     return None
+
+
+def asked(requests: list[tuple[int, str]]) -> tuple[str, str] | None:
+    """The stop a behaviour asked for in the last super-step, as :func:`due` gives one
+    (trigger :data:`EFFECT`): the first of its ``requests`` (``(agent, reason)`` of each
+    :class:`~megaactors.core.behaviour.Interrupt`), which are all taken (they fire once)."""
+    if not requests:
+        return None
+    (agent, reason), more = requests[0], len(requests) - 1
+    requests.clear()
+    also = f" (and {more} more)" if more else ""
+    return EFFECT, f"interrupted by agent {agent}: {reason}{also} (Interrupt effect)"
