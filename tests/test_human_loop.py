@@ -178,3 +178,13 @@ def test_megaagent_reads_a_human_message_as_a_note_and_finishes() -> None:
     assert result.status == "ok" and result.ledger.messages_by_channel[HUMAN] == 14
     assert result.ledger.messages == untouched.ledger.messages + 14
     assert result.ledger.llm_calls > untouched.ledger.llm_calls  # read, each with a call of its own or in a batch
+
+
+def test_a_run_without_checkpoints_reports_the_interrupts_and_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = call(capsys, "run", *SPENDER, "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["status"] == "ok" and sorted(agent for agent, _ in summary["interrupts"]) == list(range(6))
+    assert all("over the budget of $0.0005" in reason for _, reason in summary["interrupts"])
+    code, out, err = call(capsys, "run", *SPENDER)
+    assert code == 0 and "interrupts    agent " in out and "(and 5 more); not stopped" in out, err
