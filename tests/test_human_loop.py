@@ -188,3 +188,21 @@ def test_a_run_without_checkpoints_reports_the_interrupts_and_goes_on(capsys: py
     assert all("over the budget of $0.0005" in reason for _, reason in summary["interrupts"])
     code, out, err = call(capsys, "run", *SPENDER)
     assert code == 0 and "interrupts    agent " in out and "(and 5 more); not stopped" in out, err
+
+
+def test_a_worker_stops_a_run_whose_behaviour_asks_and_leaves_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from megaactors.durable import RunQueue
+    from megaactors.durable.worker import work
+
+    db = str(tmp_path / "q.db")
+    code, _, err = call(capsys, "submit", "--db", db, *SPENDER, "--run-id", "q")
+    assert code == 0, err
+    lines: list[str] = []
+    with open_store(db) as store:
+        assert work(store, exit_when_idle=True, poll_s=0.01, log=lines.append) == 0
+        run = store.get_run("q")
+        assert run.status == "interrupted" and run.error.endswith("(Interrupt effect)")
+        assert RunQueue(store).claim_next("w") is None  # only a resume continues it
+    assert any("Interrupt effect" in line for line in lines), lines
