@@ -24,7 +24,8 @@ messages of each round; one that nobody messages sends its rounds one after the
 other.
 
 A message from a human (channel ``human``, ``megaactors resume --send``) is read like
-any batch (one LLM call) and counted in no round.
+any batch (one LLM call) and counted in no round (once an agent's rounds are over, its
+count of what it read decides nothing and takes it in).
 """
 
 from __future__ import annotations
@@ -146,16 +147,18 @@ class ChatRound:
         kind = ctx.org.kind
         if kind not in _NOT_MESH:  # the mesh kinds (two-tier, flat), inlined: the hot path of every cost experiment
             r = state[_ROUND]
-            if r < self.rounds:  # a human's text is no round number: counted in neither
+            if r < self.rounds:
                 rounds_of = [p.payload[0] for p in batch.packets]
                 ahead = rounds_of.count(r)
                 state[_AHEAD] += ahead
-                state[_GOT] += rounds_of.count(r - 1)
+                got = rounds_of.count(r - 1)
+                if ahead + got != len(rounds_of):  # other rounds (an agent restarted afresh) or a human's text
+                    got = len(rounds_of) - ahead - sum(type(x) is not int for x in rounds_of)
+                state[_GOT] += got
                 if state[_GOT] == state[_EXPECTED]:
                     state[_TODO] = _SEND_ROUND
-            else:  # every message of the last round is in; a human's may be too: capped
-                got = state[_GOT] + len(batch)
-                state[_GOT] = got if got <= state[_EXPECTED] else state[_EXPECTED]
+            else:  # its rounds are over: the count decides nothing more
+                state[_GOT] += len(batch)
             return self._read
         packets = [p for p in batch.packets if p.channel != HUMAN]
         if not packets:  # only a human's message(s): read, and go on
