@@ -8,7 +8,11 @@
    every super-step: bytes per step at the start, middle and end, the least-squares
    slope of delta size over the steps, and the full snapshots written.
 
-    python benchmarks/checkpoint_overhead.py [--agents 10000] [--repeat 3] [--json]
+With ``--network`` both runs of 1. go through a network (latency and jitter, 1 % of
+copies dropped and sent again) under a provider model (an RPM limit, 1 % failed
+attempts): what checkpointing the copies in transit, in-queues and token buckets adds.
+
+    python benchmarks/checkpoint_overhead.py [--agents 10000] [--repeat 3] [--network] [--json]
 """
 
 from __future__ import annotations
@@ -47,8 +51,16 @@ def checkpointed(spec: RunSpec, options: DurableOptions, directory: Path, name: 
     return elapsed, (result.summary(), rows), progress
 
 
-def overhead(agents: int, group_size: int, repeat: int, directory: Path, step_s: float) -> dict[str, Any]:
-    spec = RunSpec(topology="two-tier", agents=agents, group_size=group_size, rounds=1, seed=1)
+NETWORK = {"net_latency": "intra=0.005,admin=0.05", "net_jitter": 0.01, "faults": "drop=0.01", "rpm": 60_000.0,
+           "llm_failure_rate": 0.01}  # fmt: skip
+"""The network, faults and provider model of ``--network``."""
+
+
+def overhead(
+    agents: int, group_size: int, repeat: int, directory: Path, step_s: float, network: bool = False
+) -> dict[str, Any]:
+    spec = RunSpec(topology="two-tier", agents=agents, group_size=group_size, rounds=1, seed=1,
+                   **(NETWORK if network else {}))  # fmt: skip
     options = DurableOptions(checkpoint_every=1, step_s=step_s)
     bare_s, ckpt_s, last = [], [], None
     for i in range(repeat):  # interleaved so that both see the same machine
@@ -64,6 +76,7 @@ def overhead(agents: int, group_size: int, repeat: int, directory: Path, step_s:
     return {
         "agents": agents,
         "group_size": group_size,
+        "network": network,
         "step_s": step_s,
         "super_steps": progress.super_steps,
         "checkpoints": progress.checkpoints,
@@ -114,17 +127,19 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--step-seconds", type=float, default=STEP_S, help="super-step window (virtual seconds)")
     parser.add_argument("--skip-growth", action="store_true")
+    parser.add_argument("--network", action="store_true", help="through a network with faults and an RPM limit")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="megaactors-bench-") as tmp:
         directory = Path(tmp)
         report: dict[str, Any] = {
-            "overhead": overhead(args.agents, args.group_size, args.repeat, directory, args.step_seconds)
+            "overhead": overhead(args.agents, args.group_size, args.repeat, directory, args.step_seconds, args.network)
         }
         o = report["overhead"]
         if not args.json:
             print(
-                f"N={o['agents']:,} two-tier G={o['group_size']}: {o['super_steps']} super-steps of {o['step_s']} s, "
+                f"N={o['agents']:,} two-tier G={o['group_size']}{' through a network' if o['network'] else ''}: "
+                f"{o['super_steps']} super-steps of {o['step_s']} s, "
                 f"{o['checkpoints']} checkpoints ({o['full_snapshots']} full) on SQLite: "
                 f"bare {o['bare_s']:.3f} s, checkpointed {o['checkpointed_s']:.3f} s, "
                 f"ratio {o['ratio']:.2f} (target <= 1.25); {o['checkpoint_bytes'] / 1e6:.2f} MB written; "

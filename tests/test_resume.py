@@ -1,8 +1,9 @@
 """Resume: a run restored from any checkpoint ends exactly as a run never interrupted.
 
 In process: the state of a simulation (agents, queues, calls in flight, locks,
-recruits, ledger, trace) is written as full snapshots and deltas and restored at
-random steps over random configurations. Out of process: real ``megaactors run``
+recruits, ledger, trace; copies in transit, crashed agents and seen ids of a network;
+token buckets and retries of a provider model) is written as full snapshots and
+deltas and restored at random steps over random configurations. Out of process: real ``megaactors run``
 processes are killed with SIGKILL at random moments (and some of their resumes
 too), and ``megaactors resume`` must print the same JSON as an uninterrupted run,
 apart from wall time."""
@@ -31,6 +32,8 @@ from megaactors.core.messages import HIERARCHY, INTRA
 from megaactors.durable import DurableOptions, open_store, run_durable
 from megaactors.durable.checkpointing import Progress
 from megaactors.durable.state import DurableSim, StateError
+from megaactors.network import FaultSpec, NetworkModel
+from megaactors.providers.limits import ProviderModel
 
 
 class Busy:
@@ -78,8 +81,22 @@ class Busy:
 
 TOOLS = {"git": lambda args: args[0] * 10 + args[1]}
 
+_LOSSY = FaultSpec(drop=0.1, duplicate=0.1, delay=0.1, delay_s=0.4, crash=0.05, restart_s=0.7, timeout_s=0.6)
+NETS: list[dict[str, Any]] = [
+    {},
+    {"faults": _LOSSY},
+    {"network": NetworkModel({"hierarchy": 0.05}, jitter_s=0.1), "faults": FaultSpec(
+        duplicate=0.2, dedup=False, crash=0.1, keep="nothing", restart_s=0.5, recover=False)},
+    {"provider": ProviderModel(rpm=40, failure_rate=0.2, timeout_s=1.5, max_retries=2, base_s=0.3, seed=3)},
+    {"faults": FaultSpec(drop=0.1, crash=0.1, keep="inbox", retries=1, timeout_s=0.3), "network": NetworkModel(
+        {"hierarchy": 0.02}), "provider": ProviderModel(tpm=4000, failure_rate=0.1, max_retries=1, base_s=0.2)},
+]  # fmt: skip
+"""Options of a run through a network with faults and under a provider model."""
 
-def _runtime(cls: type, org_args: tuple[int, int], rounds: int, seed: int, serial: bool, cap: int | None) -> Any:
+
+def _runtime(
+    cls: type, org_args: tuple[int, int], rounds: int, seed: int, serial: bool, cap: int | None, net: int = 0
+) -> Any:
     return cls(
         Organisation.hierarchy(*org_args),
         Busy(rounds),
@@ -88,6 +105,7 @@ def _runtime(cls: type, org_args: tuple[int, int], rounds: int, seed: int, seria
         max_concurrent_llm=cap,
         trace=True,
         tools=TOOLS,
+        **NETS[net],
     )
 
 
@@ -102,10 +120,13 @@ def _wire(x: Any) -> Any:
     return msgpack.unpackb(msgpack.packb(x), strict_map_key=False)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=30, deadline=None)
 # agents recruited while broadcasts are in the same super-step's delta, and broadcasts without
 @example(n=3, fanout=4, rounds=3, seed=1, serial=False, cap=None, window=0.5, fulls=[False], picks=[3, 7, 11],
-         genesis=True)  # fmt: skip
+         genesis=True, net=0)  # fmt: skip
+# every fault, latency and a provider model at once; an LLM slot freed for a call the limits refuse
+@example(n=25, fanout=3, rounds=3, seed=5, serial=False, cap=2, window=0.5, fulls=[False, False, True],
+         picks=[5, 17, 40], genesis=True, net=4)  # fmt: skip
 @given(
     n=st.integers(2, 25),
     fanout=st.integers(2, 4),
@@ -117,6 +138,7 @@ def _wire(x: Any) -> Any:
     fulls=st.lists(st.booleans(), min_size=1, max_size=60),
     picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=3),
     genesis=st.booleans(),
+    net=st.integers(0, len(NETS) - 1),
 )
 def test_restoring_any_step_continues_exactly(
     n: int,
@@ -129,10 +151,10 @@ def test_restoring_any_step_continues_exactly(
     fulls: list[bool],
     picks: list[int],
     genesis: bool,
+    net: int,
 ) -> None:
-    args = ((n, fanout), rounds, seed, serial, cap)
-    reference = SimRuntime(Organisation.hierarchy(n, fanout), Busy(rounds), seed=seed, serial=serial,
-                           max_concurrent_llm=cap, trace=True, tools=TOOLS)  # fmt: skip
+    args = ((n, fanout), rounds, seed, serial, cap, net)
+    reference = _runtime(SimRuntime, *args)
     reference.run()
     expected = _outcome(reference)
     rt = _runtime(DurableSim, *args)
@@ -145,6 +167,9 @@ def test_restoring_any_step_continues_exactly(
         i += 1
         snapshots.append(_wire(rt.full() if full else rt.delta()))
     assert _outcome(rt) == expected  # noting changes does not change the run
+    if not NETS[net]:  # a run without a network or provider model writes what it always did
+        assert not {"net", "queues", "limits", "provider"} & set().union(*snapshots)
+        assert all("calls" not in s["agents"] and "replies" not in s["agents"] for s in snapshots if "agents" in s)
     for pick in picks:
         k = pick % len(snapshots)
         base = max(j for j in range(k + 1) if snapshots[j]["kind"] in ("full", "start"))
@@ -153,6 +178,34 @@ def test_restoring_any_step_continues_exactly(
         assert all(type(a) is int for _, _, a in restored.snapshot().events)
         restored.run()
         assert _outcome(restored) == expected, f"restored at step {k} (full at {base})"
+
+
+def test_a_fork_may_add_a_network_and_limits_but_not_drop_them() -> None:
+    """A full snapshot of a run without a network or provider model, restored under
+    both (what ``fork --set`` does), goes on through them; its later deltas restore
+    exactly. Dropping them is refused: copies in transit would vanish."""
+    args = ((20, 3), 3, 1, False, 2)
+    plain = _runtime(DurableSim, *args, 0)
+    plain.start()
+    for _ in range(4):
+        plain.advance((math.floor(plain.next_event_time / 0.5) + 1) * 0.5)
+    chain = [_wire(plain.full())]
+    rt = _runtime(DurableSim, *args, 4)
+    rt.restore_chain(_wire(chain))
+    while not rt.finished:
+        rt.advance((math.floor(rt.next_event_time / 0.5) + 1) * 0.5)
+        chain.append(_wire(rt.delta()))
+    expected = _outcome(rt)
+    assert rt.result().faults["drop"] and rt.ledger.rate_limited
+    for k in (1, len(chain) // 2, len(chain) - 1):
+        again = _runtime(DurableSim, *args, 4)
+        again.restore_chain(_wire(chain[: k + 1]))
+        again.run()
+        assert _outcome(again) == expected, f"restored at delta {k}"
+    full = _wire(rt.full())
+    for net in (0, 1, 3):  # neither, no provider model, no network
+        with pytest.raises(StateError, match="these parameters drop"):
+            _runtime(DurableSim, *args, net).restore_chain([full])
 
 
 def test_restore_refuses_what_does_not_fit() -> None:
@@ -303,6 +356,69 @@ def test_sigkill_at_random_moments_then_resume_gives_identical_results(tmp_path:
         assert _strip(out) == reference, f"trial {trial}: resumed result differs"
     assert resumed_mid_run >= 4, f"only {resumed_mid_run} trials were killed after a checkpoint and before the end"
     assert killed_resumes >= 1, "no resume was killed after it had claimed its run"
+
+
+FAULTS = """drop = 0.05
+duplicate = 0.05
+delay = 0.05
+delay_s = 0.5
+crash = 0.02
+restart_s = 2.0
+timeout_s = 3.0
+[[partition]]
+groups = [0, 1]
+start = 2.0
+end = 6.0
+"""
+
+
+def test_a_network_faults_and_provider_limits_survive_checkpoints_kills_and_forks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Latency, jitter, every fault (a partition window too) and the provider's limits,
+    failures and timeouts: a checkpointed run reports what the plain run does; so does
+    one SIGKILLed mid-run (a real process) and resumed; a fork may change them from a
+    checkpoint on, not drop the network."""
+    from megaactors.cli import main
+
+    def call(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    faults = tmp_path / "faults.toml"
+    faults.write_text(FAULTS)
+    spec = ("--topology", "two-tier", "--agents", "200", "--group-size", "8", "--rounds", "2", "--seed", "4",
+            "--net-latency", "intra=0.05,admin=0.2", "--net-jitter", "0.05", "--faults", str(faults),
+            "--rpm", "1500", "--tpm", "400000", "--llm-failure-rate", "0.05", "--llm-timeout-s", "3")  # fmt: skip
+    db = str(tmp_path / "net.db")
+    victim = _cli("run", *spec, "--checkpoint", db, "--run-id", "killed", "--step-seconds", "0.25", "--lease", "0.4")
+    _past_first_checkpoint(db, "killed", victim)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    code, out, err = call("run", *spec, "--json")
+    expected = {**json.loads(out), "wall_s": None}
+    seen = expected["faults"]
+    assert all(seen[k] for k in ("drop", "duplicate", "delay", "crash", "restart", "partition", "resent"))
+    assert all(expected[k] for k in ("rate_limited", "retries", "failed_llm_calls", "llm_timeouts", "llm_errors"))
+    code, out, err = call("run", *spec, "--checkpoint", db, "--run-id", "whole", "--step-seconds", "0.5", "--json")
+    assert code == 0 and {**json.loads(out), "wall_s": None} == expected, err
+    with open_store(db, readonly=True) as store:
+        run = store.get_run("killed")
+        assert run.status != "done" and run.step, "the kill came too late to test a resume"
+        step = str(run.step)
+    code, out, err = call("resume", "--checkpoint", db, "--run-id", "killed", "--wait", "5", "--json")
+    assert code == 0 and {**json.loads(out), "wall_s": None} == expected, err
+    worse = tmp_path / "worse.toml"
+    worse.write_text(FAULTS.replace("drop = 0.05", "drop = 0.2"))
+    code, out, err = call("fork", "--db", db, "--run-id", "killed", "--step", step, "--new-run-id", "what-if",
+                          "--set", "llm_failure_rate=0.3", "--set", f"faults={worse}", "--run", "--json")  # fmt: skip
+    assert code == 0, err
+    what_if = json.loads(out)
+    assert what_if["failed_llm_calls"] > expected["failed_llm_calls"] and what_if["faults"]["drop"] > seen["drop"]
+    code, _, err = call("fork", "--db", db, "--run-id", "killed", "--step", step, "--new-run-id", "calm",
+                        "--set", "faults=drop=0", "--set", "net_latency=intra=0", "--set", "net_jitter=0")  # fmt: skip
+    assert code == 2 and "these parameters drop" in err and "network" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_sigkill_signal_really_is_kill() -> None:

@@ -170,3 +170,29 @@ def test_a_sweep_submitted_as_a_grid_survives_a_crash(tmp_path: Path) -> None:
         result = dict(runs[run_id].result)
         result.pop("wall_s")
         assert result == reference(spec)
+
+
+def test_a_queued_run_takes_a_network_faults_and_provider_limits(tmp_path: Path, capsys: Any) -> None:
+    """``submit`` accepts latency, faults and the provider's limits, failures and
+    timeouts; a worker's result is the plain run's."""
+    from megaactors.cli import main
+    from megaactors.durable.worker import work
+
+    db = str(tmp_path / "q.db")
+    net = {"net_latency": "intra=0.05,admin=0.2", "net_jitter": 0.05, "faults": "drop=0.05,duplicate=0.05,crash=0.02",
+           "rpm": 120.0, "tpm": 200000.0, "llm_failure_rate": 0.1, "llm_timeout_s": 3.0}  # fmt: skip
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in net.items()]
+    assert (
+        main(["submit", "--db", db, "--agents", "60", "--group-size", "6", "--seed", "3", *flags, "--run-id", "n"]) == 0
+    )
+    capsys.readouterr()
+    with open_store(db) as store:
+        assert work(store, exit_when_idle=True, poll_s=0.01, log=lambda line: None) == 1  # one run done
+        run = store.get_run("n")
+    assert run.status == "done" and run.params["faults"] == net["faults"] and run.params["rpm"] == 120
+    result = dict(run.result)
+    expected = RunSpec(agents=60, group_size=6, seed=3, **net).execute().summary()
+    for summary in (result, expected):
+        summary.pop("wall_s")
+    assert result == json.loads(json.dumps(expected))
+    assert result["faults"]["drop"] and result["failed_llm_calls"] and result["rate_limited"]

@@ -221,7 +221,6 @@ def run_checkpointed(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
         raise CommandError("a checkpointed run needs both --checkpoint DB and --run-id ID")
     if spec.runtime != "sim":
         raise CommandError(f"checkpointed runs use the sim runtime, not {spec.runtime!r}")
-    spec.check_checkpointable()
     options = options_from_args(args)
     preflight([spec])
     store = open_for(args.db, create=True)

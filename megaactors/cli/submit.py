@@ -109,8 +109,6 @@ def handle(args: argparse.Namespace) -> int:
     other = sorted({s.runtime for s in specs} - {"sim"})
     if other:
         raise CommandError(f"queued runs use the sim runtime, not {', '.join(map(repr, other))}")
-    for s in specs:
-        s.check_checkpointable()
     check_budget(args, specs)
     # the first run of each behaviour and topology is started in memory before anything is queued
     kinds: dict[tuple[str, str, str], RunSpec] = {}

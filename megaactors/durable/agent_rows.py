@@ -14,12 +14,21 @@ stage, all in the record. A memory whose only change since the last description 
 the end of the call then in flight is stored as "that memory plus the call" (kind
 1); unchanged (kind 0) or in full (kind 2) otherwise. Other pending work is a tool
 call ``[3, call, requested, started(, time, sequence)]``, an LLM request queued
-behind the cap ``[1, request]`` or the start effects ``0``.
+behind the cap ``[1, request]``, a call waiting to try again under the provider
+model ``[2, new tokens, output tokens, stage, first attempt's time, next attempt,
+time, sequence]`` (its reply as drawn is recomputed like one in flight) or the start
+effects ``0``.
+
+Under a provider model (``state.limits`` set) a record also stores the agent's call
+count (``calls``: a call that failed for good takes an index the ledger does not
+count) and each reply in flight's latency and failure (``replies``: a retried
+attempt redraws its latency; a failed call's reply is not the model's).
 """
 
 from __future__ import annotations
 
 from array import array
+from dataclasses import replace
 from itertools import compress, repeat
 from operator import attrgetter, is_, itemgetter
 from typing import Any
@@ -28,10 +37,10 @@ import numpy as np
 
 from megaactors.core.agent import Phase
 from megaactors.core.behaviour import LLMRequest, Send, ToolCall
-from megaactors.core.llm import SimulatedLLM
+from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.durable.state_codec import encode_call, encode_request, encode_send, spread, uniform
 from megaactors.errors import StateError
-from megaactors.runtime.sim_state import START, SimState, ToolInFlight
+from megaactors.runtime.sim_state import START, LLMRetry, SimState, ToolInFlight
 
 __all__ = ["encode_agent_rows", "load_agent_rows"]
 
@@ -48,7 +57,7 @@ _PHASES = tuple(Phase)
 def _event_positions(state: SimState) -> tuple[list[tuple[float, int, int]], np.ndarray]:
     """The pending events and, for each agent, the position among them of the event
     it waits for (-1: none)."""
-    events = state.events
+    events = [e for e in state.events if e[2] >= 0]  # not the network's (negative keys)
     n = len(events)
     where = np.full(len(state.agents), -1, dtype=np.int64)
     where[np.fromiter(map(_THIRD, events), dtype=np.int64, count=n)] = np.arange(n)
@@ -81,9 +90,17 @@ def encode_agent_rows(state: SimState, ids: list[int], memory_kinds: np.ndarray 
                 k = int(where[ids[i]])
                 running = pending_events[k][:2] if k >= 0 else ()
                 other[i] = [3, encode_call(p.call), p.requested, p.started, *running]
+            elif type(p) is LLMRetry:
+                r = p.reply
+                t, seq, _ = pending_events[int(where[ids[i]])]
+                other[i] = [2, p.new_tokens, r.tokens_out, r.stage, p.first, p.attempt, t, seq]
             else:
                 other[i] = [1, *encode_request(p)]
     heads = np.fromiter(map(state.mail.head, ids), dtype=np.int64, count=len(ids))
+    provider: dict[str, Any] = {}
+    if state.limits is not None:
+        provider["calls"] = array("q", (a.calls for a in chosen)).tobytes()
+        provider["replies"] = [array("d", (r.latency_s for r in replies)).tobytes(), [r.failed for r in replies]]
     return {
         "ids": array("q", ids).tobytes(),
         "heads": heads.tobytes(),
@@ -101,6 +118,7 @@ def encode_agent_rows(state: SimState, ids: list[int], memory_kinds: np.ndarray 
         ],
         "other": other,
         "outboxes": {i: [encode_send(s) for s in o] for i, o in enumerate(outbox) if o} if any(outbox) else {},
+        **provider,
     }
 
 
@@ -146,15 +164,23 @@ def load_agent_rows(
         a.pending = None
         a.outbox = []
         flight.pop(aid, None)
+    if "calls" in rows:
+        for aid, count in zip(ids, array("q", rows["calls"]), strict=True):
+            agents[aid].calls = count
     at, new_tokens, tokens_out, stages, times, seqs = rows["llm"]
     at, tokens_out = array("q", at), array("q", tokens_out)
+    flown = "replies" in rows  # under a provider model
+    latencies, failures = (array("d", rows["replies"][0]), rows["replies"][1]) if flown else (array("d"), [])
     complete = llm.complete
-    for i, n, output_tokens, stage, t, seq in zip(
-        at, new_tokens, tokens_out, spread(stages, len(at)), array("d", times), array("q", seqs), strict=True
+    for k, (i, n, output_tokens, stage, t, seq) in enumerate(
+        zip(at, new_tokens, tokens_out, spread(stages, len(at)), array("d", times), array("q", seqs), strict=True)
     ):
         a = agents[ids[i]]
         request = LLMRequest(n, output_tokens, stage)
-        a.pending = (n, complete(a.id, a.calls - 1, request, sum(a.memory), n), (t, seq, a.id))
+        reply = complete(a.id, a.calls - 1, request, sum(a.memory), n)
+        if flown:
+            reply = _as_flown(reply, latencies[k], failures[k])
+        a.pending = (n, reply, (t, seq, a.id))
         flight[a.id] = (t, seq)
     for i, p in rows["other"].items():
         a = agents[ids[int(i)]]
@@ -164,7 +190,20 @@ def load_agent_rows(
             a.pending = ToolInFlight(ToolCall(*p[1]), p[2], p[3])
             if len(p) > 4:
                 flight[a.id] = (p[4], p[5])
+        elif p[0] == 2:
+            _, n, output_tokens, stage, first, attempt, t, seq = p
+            reply = complete(a.id, a.calls, LLMRequest(n, output_tokens, stage), sum(a.memory), n)
+            a.pending = LLMRetry(n, reply, first, attempt)
+            flight[a.id] = (t, seq)
         else:
             a.pending = LLMRequest(*p[1:])
     for i, sends in rows["outboxes"].items():
         agents[ids[int(i)]].outbox = [Send(*s) for s in sends]
+
+
+def _as_flown(reply: LLMReply, latency_s: float, failed: str | None) -> LLMReply:
+    """The reply the model drew, as the provider model let it through: a retried
+    attempt's latency, or the failed reply of a call whose retries ran out."""
+    if failed is not None:
+        return LLMReply(reply.tokens_in, 0, latency_s, 0.0, reply.stage, reply.call_index, None, failed)
+    return reply if reply.latency_s == latency_s else replace(reply, latency_s=latency_s)

@@ -20,7 +20,11 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "check_header", "decode_state", "encode_s
 FORMAT = "megaactors-durable"
 """Name recorded in every database this package creates."""
 FORMAT_VERSION = 2
-"""Version of the schema and of the state encoding; a mismatch is refused, never guessed."""
+"""Version of the schema and of the state encoding; a mismatch is refused, never guessed.
+The state of a run through a network or under a provider model adds keys that other
+runs never write (:mod:`megaactors.durable.net_rows`), so every checkpoint written
+before them reads as it did; a megaactors that predates them refuses such runs'
+parameters instead of resuming them without their network or limits."""
 
 _MAGIC = b"MACK"
 _HEADER = struct.Struct(">4sHB")  # magic, format version, codec

@@ -48,7 +48,7 @@ from megaactors.durable.interrupts import EditRefused, HumanEdits, RunInterrupte
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.packable import pack_checked
 from megaactors.durable.runqueue import retry_busy
-from megaactors.durable.state import DurableSim
+from megaactors.durable.state import DurableSim, StateError
 from megaactors.durable.store import (
     CheckpointLog,
     CheckpointRecord,
@@ -286,7 +286,6 @@ def run_durable(
     checkpoint of their own (with who and when) so that every later resume replays them.
     A behaviour's :class:`~megaactors.core.behaviour.Interrupt` stops the run at the end
     of its super-step (:class:`RunInterrupted`, trigger ``effect``), checkpointed."""
-    spec.check_checkpointable()
     tracer = tracer if tracer is not None else spans.tracer()
     if tracer is None:
         return _run_durable(store, lease, spec, options, lost, behaviour, tools, progress, on_step, None, edits)
@@ -417,6 +416,9 @@ def _simulation(spec: RunSpec, behaviour: Behaviour | None = None, **options: An
         seed=spec.seed,
         max_concurrent_llm=spec.max_concurrent_llm,
         serial=spec.serial,
+        provider=spec.provider(),
+        network=spec.network(),
+        faults=spec.fault_spec(),
         **options,
     )
 
@@ -450,7 +452,12 @@ def fork_run(
     if params is None or params == source.params:
         store.fork(run_id, step, new_run_id)
         return
-    RunSpec.from_dict(params).check_checkpointable()  # the new parameters must be valid too
+    new_spec = RunSpec.from_dict(params)  # the new parameters must be valid too
     rt = restored(store, run_id, step)
+    packed = pack_state(rt.full())
+    try:  # and must take the state: a fork may add a network or a provider model, not drop one
+        _simulation(new_spec).restore_chain([decode_state(seal_state(packed), where=f"run {run_id!r} step {step}")])
+    except StateError as exc:
+        raise ParameterError(f"a fork of run {run_id!r} cannot take these parameters: {exc}") from None
     meta = {**store.get(run_id, step).meta, "forked_from": [run_id, step]}
-    store.fork(run_id, step, new_run_id, params=params, snapshot=(meta, seal_state(pack_state(rt.full()))))
+    store.fork(run_id, step, new_run_id, params=params, snapshot=(meta, seal_state(packed)))

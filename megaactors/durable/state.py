@@ -28,6 +28,10 @@ Agent records (:mod:`megaactors.durable.agent_rows`), packets and ledger rows
 is a few passes of ``map`` over the agents that changed and packing them is mostly
 copying bytes. Everything is msgpack-ready: ints, floats, strings, bytes, lists and
 dicts. A behaviour's state must be msgpack-serializable (tuples come back as lists).
+
+A run through a network or under a provider model adds its state under keys of its
+own (:mod:`megaactors.durable.net_rows`): copies in transit, crashed agents, seen
+ids, the in-queues packet by packet, the token buckets.
 """
 
 from __future__ import annotations
@@ -45,6 +49,17 @@ from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.core.messages import ADMIN, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.durable.agent_rows import encode_agent_rows, load_agent_rows
+from megaactors.durable.net_rows import (
+    NetworkShadow,
+    encode_limits,
+    encode_provider_ledger,
+    fill_queues,
+    load_limits,
+    load_network_section,
+    load_provider_ledger,
+    network_section,
+    transit_packets,
+)
 from megaactors.durable.state_codec import (
     append_trace,
     cells_changed,
@@ -61,6 +76,7 @@ from megaactors.durable.state_codec import (
     set_cells,
 )
 from megaactors.errors import StateError
+from megaactors.runtime.events import Event
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.sim import SimRuntime
 from megaactors.runtime.sim_state import SimState
@@ -172,8 +188,6 @@ class DurableSim(SimRuntime):
         super().__init__(org, behaviour, llm, options, observer=self.tracker, **option_fields)
         if not isinstance(self.llm, SimulatedLLM):
             raise StateError(f"a durable run needs the seeded simulated LLM, not {type(self.llm).__name__}")
-        if self.network_delivery is not None:
-            raise StateError("a checkpointed run cannot have a network with latency or faults yet")
         self._llm_at_mark = np.zeros(0, dtype=bool)
         """Which agents had an LLM call in flight at the last description."""
         self._shadow_started: set[int] = set()
@@ -183,6 +197,8 @@ class DurableSim(SimRuntime):
         self._shadow_ledger: dict[str, np.ndarray] = {}
         self._shadow_trace = (0, 0)
         self._shadow_recruits = 0
+        self._shadow_llm_waiting: set[int] = set()
+        self._shadow_net = NetworkShadow()
 
     # ------------------------------------------------------------------ writing out
 
@@ -191,6 +207,10 @@ class DurableSim(SimRuntime):
         state = self.snapshot()
         agents = state.agents
         live = state.mail.live()
+        net = state.network
+        if net is not None:  # copies in transit refer to their packets too
+            for p in transit_packets(net):
+                live.setdefault(p.first_id, p)
         out = self._common(state)
         out.update(
             kind="full",
@@ -203,6 +223,8 @@ class DurableSim(SimRuntime):
             recruits=list(state.recruiters),
             start_effects={aid: encode_effects(e) for aid, e in state.start_effects.items()},
         )
+        if net is not None:
+            out.update(network_section(state, None))
         self.mark_clean()
         return out
 
@@ -220,9 +242,15 @@ class DurableSim(SimRuntime):
             changed |= cells_changed(col, self._shadow_ledger[c])
         started = self._shadow_started - state.start_effects.keys() if self._shadow_started else set()
         noted = tracker.touched_agents | started
+        if state.limits is not None:  # admitted to an LLM slot, a first attempt refused leaves no ledger trace
+            noted = noted | (self._shadow_llm_waiting - set(state.llm_waiting))
         if noted:
             changed[np.fromiter(noted, dtype=np.int64, count=len(noted))] = True
-        ran = np.bincount(np.array(tracker.events, dtype=np.int64), minlength=len(agents))
+        events = np.array(tracker.events, dtype=np.int64)
+        ran = np.bincount(events[events >= 0], minlength=len(agents))  # network events have negative keys
+        net = state.network
+        if net is not None:  # a crash changes a record (in-queue, phase, maybe state and memory) outside its events
+            ran[self._shadow_net.crashed(net)] += 2  # stored in full
         changed |= ran > 0
         at = np.flatnonzero(changed)
         rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]))
@@ -261,6 +289,8 @@ class DurableSim(SimRuntime):
             recruits=state.recruiters[self._shadow_recruits :],
             started=sorted(started),
         )
+        if net is not None:
+            out.update(network_section(state, self._shadow_net, at.tolist()))
         self._shadow_awake = awake.tobytes()
         self._llm_at_mark = llm_at_mark
         self._reset_tracking(state)
@@ -283,6 +313,10 @@ class DurableSim(SimRuntime):
         self._shadow_trace = (len(t.t_agent), len(t.b_agent)) if t is not None else (0, 0)
         self._shadow_recruits = len(state.recruiters)
         self._shadow_started = set(state.start_effects)
+        if state.limits is not None:
+            self._shadow_llm_waiting = set(state.llm_waiting)
+        if state.network is not None:
+            self._shadow_net.mark(state)
         self.tracker.reset()
 
     def _memory_kinds(self, at: np.ndarray, ran: np.ndarray) -> np.ndarray:
@@ -312,6 +346,11 @@ class DurableSim(SimRuntime):
             "lock_waiting": {name: list(q) for name, q in state.lock_waiting.items()},
             "recruited": dict(state.recruited),
             "ledger": encode_ledger(state.ledger),
+            **(
+                {"limits": encode_limits(state.limits), "provider": encode_provider_ledger(state.ledger)}
+                if state.limits is not None
+                else {}
+            ),
         }
 
     # ------------------------------------------------------------------ reading back
@@ -337,6 +376,8 @@ class DurableSim(SimRuntime):
         base = chain[0]
         flight: dict[int, tuple[float, int]] = {}
         packets: dict[int, Packet] = {}
+        queues: dict[int, list[int]] = {}
+        """A run through a network: each agent's private in-queue, by packet id."""
         if base["kind"] == "start":
             self.start()
             state = self.snapshot()
@@ -344,10 +385,15 @@ class DurableSim(SimRuntime):
                 raise StateError(f"the genesis has {base['n']} agents but these parameters build {len(state.agents)}")
             packets.update(state.mail.live())
             heads = _heads(state)
-            flight.update({e[2]: (e[0], e[1]) for e in state.events})
+            flight.update({e[2]: (e[0], e[1]) for e in state.events if e[2] >= 0})
+            net_events: list[Event] = [e for e in state.events if e[2] < 0]
+            if state.network is not None:
+                packets.update((p.first_id, p) for p in transit_packets(state.network))
+                queues.update((a, [p.first_id for p in q]) for a, q in enumerate(state.mail.inboxes) if q)
         else:
             state = self.snapshot()
             heads = self._load_full(state, base, packets, flight)
+            net_events = load_network_section(state, base, packets, queues, heads)
         for d in chain[1:]:
             self._grow(d["recruits"])
             if d["n"] != len(state.agents):
@@ -365,10 +411,15 @@ class DurableSim(SimRuntime):
                 state.start_effects.pop(aid, None)
             for p in decode_packets(d["packets"], self.org):
                 packets[p.first_id] = p
+            if "net" in d:
+                net_events = load_network_section(state, d, packets, queues)
         if len(chain) > 1 or base["kind"] == "full":
             self._load_common(state, chain[-1])
-        _fill_inboxes(state, heads, packets)
-        state.events = [(t, seq, aid) for aid, (t, seq) in flight.items()]
+        if state.network is None:
+            _fill_inboxes(state, heads, packets)
+        else:
+            fill_queues(state, queues, packets)
+        state.events = [(t, seq, aid) for aid, (t, seq) in flight.items()] + net_events
         state.started = True
         self.restore(state)
         self.mark_clean()
@@ -412,6 +463,11 @@ class DurableSim(SimRuntime):
         state.lock_waiting = {name: list(q) for name, q in s["lock_waiting"].items()}
         state.recruited = {int(k): list(v) for k, v in s["recruited"].items()}
         load_ledger(state.ledger, s["ledger"])
+        if state.limits is None and "limits" in s:
+            raise StateError("the run has a provider model (limits, failures or timeouts) that these parameters drop")
+        if state.limits is not None and "limits" in s:  # else: a fork that adds one starts with full buckets
+            load_limits(state.limits, s["limits"])
+            load_provider_ledger(state.ledger, s["provider"])
 
 
 def _fill_inboxes(state: SimState, heads: array[int], packets: dict[int, Packet]) -> None:

@@ -235,14 +235,6 @@ class RunSpec:
             seed=self.seed,
         )
 
-    def check_checkpointable(self) -> None:
-        """Refuse what checkpointed runs do not carry yet: the provider's limits, failures
-        and timeouts (their token buckets and retries are not in a checkpoint)."""
-        if self.provider().active:
-            raise ParameterError(
-                "checkpointed and queued runs do not take rpm, tpm, llm_failure_rate or llm_timeout_s yet"
-            )
-
     def network(self) -> NetworkModel | None:
         """The network ``net_latency``, ``net_jitter`` and ``machines`` describe (None:
         every message arrives at once)."""
