@@ -97,7 +97,7 @@ def test_an_edit_is_recorded_and_replayed_by_a_later_resume(tmp_path: Path, caps
 
     from megaactors import __version__
     from megaactors.durable import DurableOptions, FencingError, run_durable
-    from megaactors.durable.interrupts import StateEdits
+    from megaactors.durable.interrupts import HumanEdits
 
     db, twin = tmp_path / "h.db", tmp_path / "twin.db"
     code, _, err = call(capsys, "run", *RUN, "--checkpoint", str(db), "--run-id", "h", "--interrupt-at", "4",
@@ -127,7 +127,7 @@ def test_an_edit_is_recorded_and_replayed_by_a_later_resume(tmp_path: Path, caps
         lease = store.claim("h", "w1", __version__, 30)
         polls = iter(range(10**6))
         with pytest.raises(FencingError):
-            run_durable(store, lease, spec, options, edits=StateEdits("ada", {3: edited}), lost=lambda: next(polls) > 3)
+            run_durable(store, lease, spec, options, edits=HumanEdits("ada", {3: edited}), lost=lambda: next(polls) > 3)
         assert store.end_lease("h", "w1", lease.fence)
         again = run_durable(store, store.claim("h", "w2", __version__, 30), spec, options)
     assert without_wall(json.loads(json.dumps(with_status(again.summary())))) == result

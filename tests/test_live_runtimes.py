@@ -21,6 +21,7 @@ from megaactors import (
     BehaviourError,
     ChatRound,
     Effects,
+    Interrupt,
     LatencyModel,
     LLMRequest,
     Organisation,
@@ -48,6 +49,24 @@ def fixed_llm(latency_s: float) -> SimulatedLLM:
 
 def quiet_threads() -> set[threading.Thread]:
     return set(threading.enumerate())
+
+
+class AsksAtStart:
+    """Every agent asks for a human as it starts, and does nothing else."""
+
+    name = "asks-at-start"
+
+    def init(self, agent: int, org: Organisation) -> None:
+        return None
+
+    def on_start(self, ctx: AgentContext, state: None) -> Effects:
+        return Effects(interrupt=Interrupt(f"agent {ctx.agent} here"))
+
+    def on_batch(self, ctx: AgentContext, state: None, batch: Any) -> Effects:
+        return Effects()
+
+    def on_reply(self, ctx: AgentContext, state: None, reply: Any) -> Effects:
+        return Effects()
 
 
 class FailsOnReply:
@@ -337,6 +356,11 @@ def test_a_sharded_run_agrees_with_the_simulation(shards: int, make: Any) -> Non
     times = list(got.trace.t_time)
     assert times == sorted(times)
     assert multiprocessing.active_children() == []
+
+
+def test_a_sharded_run_gathers_every_shards_interrupts() -> None:
+    result = AsyncioRuntime(Organisation.two_tier(24, 4), AsksAtStart(), seed=1, shards=2, time_scale=0.002).run()
+    assert sorted(result.interrupts) == [(a, f"agent {a} here") for a in range(24)]
 
 
 def test_shards_cut_at_group_boundaries() -> None:

@@ -22,6 +22,10 @@ than one round ahead of a peer, so two counters suffice). On a directed graph an
 agent may run several rounds ahead of the agents it messages, so it counts the
 messages of each round; one that nobody messages sends its rounds one after the
 other.
+
+A message from a human (channel ``human``, ``megaactors resume --send``) is read like
+any batch (one LLM call) and counted in no round (once an agent's rounds are over, its
+count of what it read decides nothing and takes it in).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import Any
 
 from megaactors.core.behaviour import NOTHING, AgentContext, Effects, LLMRequest, Send
 from megaactors.core.llm import LLMReply
-from megaactors.core.messages import ADMIN, HIERARCHY, INTRA, Batch
+from megaactors.core.messages import ADMIN, HIERARCHY, HUMAN, INTRA, Batch, Packet
 from megaactors.core.organisation import Organisation
 
 __all__ = ["TEXT_BYTES", "ChatRound", "expected_messages", "expected_receipts", "mesh_channels", "mesh_degree"]
@@ -46,6 +50,7 @@ TEXT_BYTES = len(_TEXT)
 # state slots
 _ROUND, _GOT, _AHEAD, _TODO, _SENDERS, _EXPECTED = 0, 1, 2, 3, 4, 5
 _NOTHING, _SEND_ROUND, _TASK_DOWN, _RESULT_UP, _ANSWER = 0, 1, 2, 3, 4
+_NOT_MESH = frozenset(("hierarchy", "star", "graph"))
 
 
 def mesh_channels(org: Organisation, a: int) -> list[tuple[str, list[int]]]:
@@ -140,19 +145,30 @@ class ChatRound:
 
     def on_batch(self, ctx: AgentContext, state: list[Any], batch: Batch) -> Effects:
         kind = ctx.org.kind
-        if kind == "hierarchy":
-            self._tree_batch(ctx, state, batch)
-        elif kind == "star":
-            self._star_batch(ctx, state, batch)
-        elif kind == "graph":
-            self._graph_batch(state, batch)
-        else:  # the mesh kinds (two-tier, flat), inlined: this is the hot path of every cost experiment
+        if kind not in _NOT_MESH:  # the mesh kinds (two-tier, flat), inlined: the hot path of every cost experiment
             r = state[_ROUND]
-            ahead = 0 if r >= self.rounds else [p.payload[0] for p in batch.packets].count(r)
-            state[_AHEAD] += ahead
-            state[_GOT] += len(batch) - ahead
-            if r < self.rounds and state[_GOT] == state[_EXPECTED]:
-                state[_TODO] = _SEND_ROUND
+            if r < self.rounds:
+                rounds_of = [p.payload[0] for p in batch.packets]
+                ahead = rounds_of.count(r)
+                state[_AHEAD] += ahead
+                got = rounds_of.count(r - 1)
+                if ahead + got != len(rounds_of):  # other rounds (an agent restarted afresh) or a human's text
+                    got = len(rounds_of) - ahead - sum(type(x) is not int for x in rounds_of)
+                state[_GOT] += got
+                if state[_GOT] == state[_EXPECTED]:
+                    state[_TODO] = _SEND_ROUND
+            else:  # its rounds are over: the count decides nothing more
+                state[_GOT] += len(batch)
+            return self._read
+        packets = [p for p in batch.packets if p.channel != HUMAN]
+        if not packets:  # only a human's message(s): read, and go on
+            return self._read
+        if kind == "hierarchy":
+            self._tree_batch(ctx, state, packets)
+        elif kind == "star":
+            self._star_batch(ctx, state, packets)
+        else:  # graph
+            self._graph_batch(state, packets)
         return self._read
 
     def on_reply(self, ctx: AgentContext, state: list[Any], reply: LLMReply) -> Effects:
@@ -200,20 +216,20 @@ class ChatRound:
 
     # ------------------------------------------------------------------ per organisation kind
 
-    def _star_batch(self, ctx: AgentContext, state: list[Any], batch: Batch) -> None:
+    def _star_batch(self, ctx: AgentContext, state: list[Any], packets: list[Packet]) -> None:
         if ctx.agent == ctx.org.boss:
-            state[_SENDERS] = list(dict.fromkeys(m.sender for m in batch))  # a repeated ask is answered once
-            state[_ROUND] = batch[-1].payload[0]
+            state[_SENDERS] = list(dict.fromkeys(p.sender for p in packets))  # a repeated ask is answered once
+            state[_ROUND] = packets[-1].payload[0]
             state[_TODO] = _ANSWER
             return
         state[_ROUND] += 1
         if state[_ROUND] < self.rounds:
             state[_TODO] = _SEND_ROUND
 
-    def _tree_batch(self, ctx: AgentContext, state: list[Any], batch: Batch) -> None:
+    def _tree_batch(self, ctx: AgentContext, state: list[Any], packets: list[Packet]) -> None:
         org, a = ctx.org, ctx.agent
         children = org.children.get(a, [])
-        for m in batch:
+        for m in packets:
             if m.kind == "task":
                 state[_ROUND] = m.payload[0]
                 state[_GOT] = 0
@@ -228,9 +244,9 @@ class ChatRound:
                 state[_ROUND] += 1
                 state[_TODO] = _TASK_DOWN
 
-    def _graph_batch(self, state: list[Any], batch: Batch) -> None:
+    def _graph_batch(self, state: list[Any], packets: list[Packet]) -> None:
         got = state[_GOT]
-        for p in batch.packets:
+        for p in packets:
             r = p.payload[0]
             if r >= len(got):
                 got.extend([0] * (r + 1 - len(got)))

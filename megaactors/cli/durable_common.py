@@ -143,10 +143,11 @@ def execute_under_lease(
     store: Any, lease: Any, spec: Any, options: Any, lease_s: float, edits: Any = None
 ) -> dict[str, Any]:
     """Run (or resume) a claimed run to its end under a heartbeat; return its summary,
-    or for a run stopped for a human (``--interrupt-at``/``--interrupt-when``) where and
-    why (``status``: ``interrupted``). A run that fails gives its claim back (queued
+    or for a run stopped for a human (``--interrupt-at``/``--interrupt-when``, or the
+    behaviour's ``Interrupt``) where, why and what fired (``status``: ``interrupted``,
+    ``trigger``). A run that fails gives its claim back (queued
     again, or dead after its last attempt) and the failure is one line naming what
-    became of the run. ``edits`` (:class:`~megaactors.durable.interrupts.StateEdits`) are
+    became of the run. ``edits`` (:class:`~megaactors.durable.interrupts.HumanEdits`) are
     applied as the run resumes."""
     from megaactors.durable import FencingError, Heartbeat, run_durable
     from megaactors.durable.interrupts import EditRefused, RunInterrupted
@@ -164,7 +165,7 @@ def execute_under_lease(
         except RunInterrupted as stop:
             store.interrupt(lease, stop.reason, stop.going_on(options.as_dict()))
             return {"status": "interrupted", "run_id": lease.run_id, "step": stop.step,
-                    "virtual_time_s": stop.virtual_time_s, "reason": stop.reason}  # fmt: skip
+                    "virtual_time_s": stop.virtual_time_s, "reason": stop.reason, "trigger": stop.trigger}  # fmt: skip
         except FencingError:
             raise
         except Exception as exc:

@@ -73,5 +73,9 @@ def _edit_text(edit: Any) -> str | None:
     if not isinstance(edit, dict):
         return None
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(edit.get("when", 0)))
-    agents = ",".join(sorted(edit.get("set_state", {}), key=int))
-    return f"{edit.get('who')} {when} UTC set state of agent(s) {agents}"
+    done = []
+    if edit.get("set_state"):
+        done.append(f"set state of agent(s) {','.join(sorted(edit['set_state'], key=int))}")
+    if edit.get("send"):
+        done.append(f"sent {len(edit['send'])} message(s) to agent(s) {','.join(str(a) for a, _ in edit['send'])}")
+    return f"{edit.get('who')} {when} UTC {'; '.join(done)}"

@@ -49,6 +49,14 @@ def register(sub: Any) -> None:
         metavar="AGENT=JSON",
         help="replace an agent's behaviour state before going on (repeatable; recorded in history with --who)",
     )
+    p.add_argument(
+        "--send",
+        action="append",
+        default=[],
+        metavar="AGENT=TEXT",
+        help="put a message from a human into an agent's in-queue before going on (channel human; "
+        "repeatable; recorded in history with --who)",
+    )
     p.add_argument("--who", default=None, help="who makes the edits (default: USER@host)")
     add_lease_option(p)
     add_budget_options(p)
@@ -92,7 +100,7 @@ def handle(args: argparse.Namespace) -> int:
         if latest is not None:
             check_header(latest.state or b"", where=f"run {args.run_id!r} step {latest.step}")
     edits = _edits(args)
-    if edits.states and latest is None:
+    if edits and latest is None:
         raise CommandError(f"run {args.run_id!r} has no checkpoint yet: there is no state to edit")
     store = open_for(args.db)
     try:
@@ -104,13 +112,24 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _edits(args: argparse.Namespace) -> Any:
-    """``--set-state AGENT=JSON`` options as :class:`StateEdits`; one-line errors for bad ones."""
+    """``--set-state AGENT=JSON`` and ``--send AGENT=TEXT`` options as :class:`HumanEdits`;
+    one-line errors for bad ones (an agent the run lacks is found as the edits apply)."""
     import getpass
     import socket
 
-    from megaactors.durable.interrupts import StateEdits
+    from megaactors.core.messages import MessageError, check_human_text
+    from megaactors.durable.interrupts import HumanEdits
 
-    edits = StateEdits(who=args.who or f"{getpass.getuser()}@{socket.gethostname()}")
+    edits = HumanEdits(who=args.who or f"{getpass.getuser()}@{socket.gethostname()}")
+    for text in args.send:
+        agent, sep, message = text.partition("=")
+        if not sep or not agent.strip().isdigit():
+            raise CommandError(f"--send: expected AGENT=TEXT with AGENT an agent number, got {text!r}")
+        try:
+            check_human_text(message)
+        except MessageError as exc:
+            raise CommandError(f"--send: agent {int(agent)}: {exc}") from None
+        edits.sends.append((int(agent), message))
     for text in args.set_state:
         agent, sep, value = text.partition("=")
         if not sep or not agent.strip().isdigit():

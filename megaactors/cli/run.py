@@ -197,4 +197,9 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(f"  stalled       agent {agent} waits for {waits}")
     if len(stalled) > 5:
         lines.append(f"  stalled       ... and {len(stalled) - 5:,} more agent(s)")
+    asked = s.get("interrupts", [])
+    if asked:
+        agent, reason = asked[0]
+        more = f" (and {len(asked) - 1:,} more)" if len(asked) > 1 else ""
+        lines.append(f"  interrupts    agent {agent}: {reason}{more}; not stopped: only a run with --checkpoint stops")
     return "\n".join(lines)

@@ -28,6 +28,7 @@ __all__ = [
     "Behaviour",
     "BehaviourError",
     "Effects",
+    "Interrupt",
     "LLMRequest",
     "OrganisationCheck",
     "ReportsWaiting",
@@ -109,6 +110,16 @@ class ToolResult:
 
 
 @dataclass(slots=True)
+class Interrupt:
+    """Stop for a human at the end of this super-step (a checkpointed run stops with
+    status ``interrupted`` and ``reason``; ``resume`` goes on past it). A runtime with
+    no checkpoint to stop at records it in
+    :attr:`~megaactors.runtime.result.RunResult.interrupts` and goes on."""
+
+    reason: str
+
+
+@dataclass(slots=True)
 class Effects:
     """What a behaviour wants done. At most one of ``llm`` and ``tool``; with
     neither, the agent moves to Response and its sends are delivered."""
@@ -119,6 +130,8 @@ class Effects:
     tool: ToolCall | None = None
     recruits: int = 0
     """Agents to recruit; they start Idle with :meth:`Behaviour.init` state."""
+    interrupt: Interrupt | None = None
+    """Ask for a human once these effects are applied (see :class:`Interrupt`)."""
 
 
 NOTHING = Effects()

@@ -21,12 +21,15 @@ __all__ = [
     "ADMIN",
     "CHANNELS",
     "HIERARCHY",
+    "HUMAN",
+    "HUMAN_SENDER",
     "INTRA",
     "MAX_MESSAGE_BYTES",
     "Batch",
     "Message",
     "MessageError",
     "Packet",
+    "check_human_text",
     "decode",
     "encode",
     "encoded_size",
@@ -44,6 +47,13 @@ ADMIN = "admin"
 HIERARCHY = "hierarchy"
 """Tree edges: boss to admins, admins to the agents they recruited, hubs to spokes."""
 CHANNELS: tuple[str, ...] = (INTRA, ADMIN, HIERARCHY)
+"""The channels agents send on (a route of the organisation allows each send)."""
+HUMAN = "human"
+"""A message from a human (``megaactors resume --send``) into one agent's in-queue: no
+route, no agent sent it (its sender is :data:`HUMAN_SENDER`); counted and sized like
+any message, in the ledger under this channel."""
+HUMAN_SENDER = -1
+"""The sender of a :data:`HUMAN` message: no agent's id."""
 
 MAX_MESSAGE_BYTES = 1 << 20
 """Size cap for decoding untrusted bytes (1 MiB)."""
@@ -294,10 +304,10 @@ def decode(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_MESSAGE
     for name, value in (("id", mid), ("sender", sender), ("recipient", recipient)):
         if type(value) is not int:
             raise MessageError(f"field {name!r} must be an integer, got {type(value).__name__}")
-        if value < 0:
+        if value < 0 and not (name == "sender" and value == HUMAN_SENDER and channel == HUMAN):
             raise MessageError(f"field {name!r} must be non-negative, got {value}")
-    if channel not in CHANNELS:
-        raise MessageError(f"field 'channel' must be one of {CHANNELS}, got {channel!r}")
+    if channel not in CHANNELS and channel != HUMAN:
+        raise MessageError(f"field 'channel' must be one of {(*CHANNELS, HUMAN)}, got {channel!r}")
     if not isinstance(kind, str) or not kind:
         raise MessageError(f"field 'kind' must be a non-empty string, got {kind!r}")
     if parent is not None and (type(parent) is not int or parent < 0):
@@ -369,6 +379,17 @@ def send_overhead(sender: int, channel: str, kind: str, payload_bytes: int, pare
         + (1 if parent is None else int_size(parent))
         + _FLOAT_SIZE
     )
+
+
+def check_human_text(text: Any) -> None:
+    """Raise :class:`MessageError` unless ``text`` can be the payload of a :data:`HUMAN`
+    message: a string with some text that msgpack encodes (valid Unicode) and that
+    keeps the message within :data:`MAX_MESSAGE_BYTES`."""
+    if not isinstance(text, str) or not text.strip():
+        raise MessageError(f"a message needs some text, got {text!r}")
+    size = send_overhead(HUMAN_SENDER, HUMAN, HUMAN, payload_size(text), None) + 2 * 9  # the largest id and recipient
+    if size > MAX_MESSAGE_BYTES:
+        raise MessageError(f"a message of {size:,} bytes exceeds the cap of {MAX_MESSAGE_BYTES:,} bytes")
 
 
 def encoded_size(msg: Message) -> int:

@@ -44,7 +44,7 @@ from typing import Any
 
 from megaactors.core.behaviour import Behaviour, check_organisation
 from megaactors.durable import spans
-from megaactors.durable.interrupts import EditRefused, RunInterrupted, StateEdits, check_condition, due
+from megaactors.durable.interrupts import EditRefused, HumanEdits, RunInterrupted, asked, check_condition, due
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.packable import pack_checked
 from megaactors.durable.runqueue import retry_busy
@@ -273,7 +273,7 @@ def run_durable(
     progress: Progress | None = None,
     on_step: Callable[[int], None] | None = None,
     tracer: Any | None = None,
-    edits: StateEdits | None = None,
+    edits: HumanEdits | None = None,
 ) -> RunResult:
     """Run ``spec`` under ``lease`` from its newest checkpoint (or from the start),
     checkpointing as it goes; return the result. ``lost`` is polled between
@@ -282,8 +282,10 @@ def run_durable(
     Python callers, who must pass the same ones on every resume. ``tracer`` (an OpenTelemetry tracer; by
     default the global one, :mod:`megaactors.durable.spans`) records the run, its
     super-steps and LLM calls as spans. ``edits`` (a resumed run only) replaces agents'
-    behaviour states before it goes on, written as a checkpoint of their own (with who
-    and when) so that every later resume replays them."""
+    behaviour states and sends them a human's messages before it goes on, written as a
+    checkpoint of their own (with who and when) so that every later resume replays them.
+    A behaviour's :class:`~megaactors.core.behaviour.Interrupt` stops the run at the end
+    of its super-step (:class:`RunInterrupted`, trigger ``effect``), checkpointed."""
     tracer = tracer if tracer is not None else spans.tracer()
     if tracer is None:
         return _run_durable(store, lease, spec, options, lost, behaviour, tools, progress, on_step, None, edits)
@@ -305,7 +307,7 @@ def _run_durable(
     progress: Progress | None,
     on_step: Callable[[int], None] | None,
     tracer: Any | None,
-    edits: StateEdits | None,
+    edits: HumanEdits | None,
 ) -> RunResult:
     options = options or DurableOptions()
     progress = progress if progress is not None else Progress()
@@ -337,7 +339,7 @@ def _run_durable(
         with quiet_gc():
             wall0 = time.perf_counter()
             if latest is None:
-                if edits is not None and edits.states:
+                if edits:
                     raise EditRefused(f"run {run_id!r} has no checkpoint yet: there is no state to edit")
                 if tracer is None:
                     rt.start()
@@ -349,20 +351,23 @@ def _run_durable(
             else:
                 chain = store.chain(run_id, latest.step)
                 rt.restore_chain([decode_state(r.state or b"", where=f"run {run_id!r} step {r.step}") for r in chain])
+                rt.core.interrupts.clear()  # asked for before the checkpoint: they stopped the run already
                 writer.resume(chain, rt)
                 step = progress.resumed_from = latest.step
-                if edits is not None and edits.states:
+                if edits:
                     edits.apply(rt)
                     step += 1
                     writer.write(rt, step, note=edits.note())
+                    writer.close()  # the edits are stored before the run goes on
             wall_before = rt.wall_s
             every = options.checkpoint_every
             written = step
             when = None if options.interrupt_when is None else check_condition(options.interrupt_when)
-            while not rt.finished:
+            requests = rt.core.interrupts  # the behaviour's Interrupt effects, taken here
+            while not rt.finished or requests:
                 if lost is not None and lost():
                     raise FencingError(f"run {run_id!r}: lease lost (heartbeat) at super-step {step}")
-                fired = due(rt.next_event_time, rt.ledger, options.interrupt_at, when)
+                fired = asked(requests) or due(rt.next_event_time, rt.ledger, options.interrupt_at, when)
                 if fired is not None:
                     rt.wall_s = wall_before + time.perf_counter() - wall0
                     if written != step:

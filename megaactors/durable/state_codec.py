@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from megaactors.core.behaviour import UNCHANGED, Effects, LLMRequest, Send, ToolCall
+from megaactors.core.behaviour import UNCHANGED, Effects, Interrupt, LLMRequest, Send, ToolCall
 from megaactors.core.ledger import Ledger
 from megaactors.core.messages import CHANNELS, Packet
 from megaactors.core.organisation import Organisation
@@ -78,7 +78,7 @@ def encode_send(s: Send) -> list[Any]:
 
 
 def encode_effects(e: Effects) -> list[Any]:
-    return [
+    encoded = [
         e.state is not UNCHANGED,
         None if e.state is UNCHANGED else e.state,
         [encode_send(s) for s in e.sends],
@@ -86,16 +86,18 @@ def encode_effects(e: Effects) -> list[Any]:
         None if e.tool is None else encode_call(e.tool),
         e.recruits,
     ]
+    return encoded if e.interrupt is None else [*encoded, e.interrupt.reason]
 
 
 def decode_effects(v: list[Any]) -> Effects:
-    has_state, state, sends, llm, tool, recruits = v
+    has_state, state, sends, llm, tool, recruits = v[:6]
     return Effects(
         state=state if has_state else UNCHANGED,
         sends=[Send(*s) for s in sends],
         llm=None if llm is None else LLMRequest(*llm),
         tool=None if tool is None else ToolCall(*tool),
         recruits=recruits,
+        interrupt=Interrupt(v[6]) if len(v) > 6 else None,
     )
 
 
@@ -224,8 +226,9 @@ def load_ledger(ledger: Ledger, values: dict[str, Any]) -> None:
     """Set what :func:`encode_ledger` stored."""
     for k in LEDGER_SCALARS:
         setattr(ledger, k, values[k])
-    ledger.messages_by_channel = {c: values["messages_by_channel"][c] for c in CHANNELS}
-    ledger.bytes_by_channel = {c: values["bytes_by_channel"][c] for c in CHANNELS}
+    # every agent channel, and the human one once a human's message was sent
+    ledger.messages_by_channel = {**dict.fromkeys(CHANNELS, 0), **values["messages_by_channel"]}
+    ledger.bytes_by_channel = {**dict.fromkeys(CHANNELS, 0), **values["bytes_by_channel"]}
     ledger.stages = {k: list(v) for k, v in values["stages"].items()}
 
 

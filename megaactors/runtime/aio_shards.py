@@ -320,6 +320,7 @@ class ShardRouter:
         return {
             "ledger": rt.ledger.part(lo, hi),
             "states": [a.data for a in rt.agents[lo:hi]],
+            "interrupts": rt.core.interrupts,
             "trace": None if trace is None else trace.as_dict(),
         }
 

@@ -31,7 +31,7 @@ import pytest
 from megaactors.behaviours.chat_round import ChatRound, expected_messages
 from megaactors.behaviours.megaagent.organised import OrganisedMegaAgent
 from megaactors.core.agent import Phase
-from megaactors.core.behaviour import AgentContext, Effects, LLMRequest, Send, ToolCall
+from megaactors.core.behaviour import AgentContext, Effects, Interrupt, LLMRequest, Send, ToolCall
 from megaactors.core.llm import LatencyModel, SimulatedLLM
 from megaactors.core.messages import INTRA
 from megaactors.core.organisation import Organisation
@@ -46,6 +46,7 @@ __all__ = [
     "ORGANISATIONS",
     "Faulty",
     "GitUser",
+    "Interrupter",
     "NoToolHook",
     "Recruiter",
     "RuntimeConformance",
@@ -201,6 +202,25 @@ class Recruiter:
         return Effects(sends=[Send(ctx.recruited, INTRA, "welcome", "hi")], state=list(ctx.recruited))
 
 
+class Interrupter(ToolLoop):
+    """:class:`ToolLoop` whose agents ask for a human: the others as they start, agent 0
+    when its loop ends."""
+
+    name = "interrupter"
+
+    def on_start(self, ctx, state):
+        eff = super().on_start(ctx, state)
+        if ctx.agent:
+            eff.interrupt = Interrupt(f"agent {ctx.agent} started")
+        return eff
+
+    def on_reply(self, ctx, state, reply):
+        eff = super().on_reply(ctx, state, reply)
+        if not state["left"]:
+            eff.interrupt = Interrupt("loop done")
+        return eff
+
+
 class NoToolHook(ToolLoop):
     """Agent 0 asks for a tool but the behaviour has no ``on_tool``."""
 
@@ -334,6 +354,20 @@ class RuntimeConformance:
         result = run(runtime, org, Recruiter())
         assert org.n == 3 and result.states == [[1, 2], ["hi"], ["hi"]]
         assert result.ledger.messages == 2 and len(result.ledger.per_agent["received"]) == 3
+
+    def test_an_interrupt_without_a_checkpoint_is_recorded_and_the_run_goes_on(self, runtime: RuntimeFactory) -> None:
+        result = run(runtime, Organisation.flat(4), Interrupter(3))
+        plain = run(runtime, Organisation.flat(4), ToolLoop(3))
+        assert sorted(result.interrupts) == [(0, "loop done"), (1, "agent 1 started"), (2, "agent 2 started"),
+                                             (3, "agent 3 started")]  # fmt: skip
+
+        def read(r: RunResult) -> list[list[int]]:  # what each agent read, whenever it read it
+            return [sorted(p for _, payloads in state["batches"] for p in payloads) for state in r.states]
+
+        assert read(result) == read(plain) == [[1, 2, 3], [], [], []]
+        for total in ("messages", "bytes", "llm_calls", "tokens_in"):
+            assert getattr(result.ledger, total) == getattr(plain.ledger, total), total
+        assert result.summary()["interrupts"] and "interrupts" not in plain.summary()
 
     def test_a_global_lock_serialises_tool_calls(self, runtime: RuntimeFactory) -> None:
         tools = {"git-commit": lambda who: f"commit by {who}"}

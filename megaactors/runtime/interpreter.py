@@ -132,6 +132,9 @@ class Interpreter:
         """The simulated LLM's latency model (a retried attempt redraws its random part)."""
         self.limits = LimitState()
         """The provider's token buckets and injected-fault count (part of the run's state)."""
+        self.interrupts: list[tuple[int, str]] = []
+        """(agent, reason) of every :class:`~megaactors.core.behaviour.Interrupt` yielded
+        so far, in the order applied (a checkpointed run stops at the first)."""
         self.ledger.provider = self.provider is not None
         if self.provider is not None:
             self.provider.check_call_size(llm.tokens.system_tokens + llm.tokens.output_tokens)
@@ -214,6 +217,8 @@ class Interpreter:
             a.outbox.extend(eff.sends)
         if eff.recruits:
             self.recruit(a, eff.recruits)
+        if eff.interrupt is not None:
+            self.interrupts.append((a.id, str(eff.interrupt.reason)))
         if eff.llm is not None:
             return eff.llm
         tool = eff.tool
@@ -367,4 +372,5 @@ class Interpreter:
             trace=self.trace,
             states=[a.data for a in self.agents],
             faults={"llm": self.limits.faults} if provider is not None and provider.injects_faults else None,
+            interrupts=list(self.interrupts),
         )

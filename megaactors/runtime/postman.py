@@ -15,7 +15,19 @@ from operator import attrgetter
 
 from megaactors.core.behaviour import Send
 from megaactors.core.ledger import Ledger
-from megaactors.core.messages import ADMIN, HIERARCHY, INTRA, Batch, Packet, int_size, int_size_total
+from megaactors.core.messages import (
+    ADMIN,
+    HIERARCHY,
+    HUMAN,
+    HUMAN_SENDER,
+    INTRA,
+    Batch,
+    MessageError,
+    Packet,
+    check_human_text,
+    int_size,
+    int_size_total,
+)
 from megaactors.core.organisation import Organisation, RouteError
 
 __all__ = ["Postman", "check_routes", "is_broadcast"]
@@ -224,6 +236,26 @@ class Postman:
         if self.on_stamp is not None:
             self.on_stamp(packets, self.broadcast)
         return packets
+
+    def stamp_human(self, recipient: int, text: str, now: float) -> Packet:
+        """A human's message to ``recipient`` (channel :data:`~megaactors.core.messages.HUMAN`,
+        kind ``human``, payload ``text``), stamped and accounted like any message but
+        without a route or a sending agent; :class:`MessageError` for a recipient that
+        does not exist or a text that is empty or too large."""
+        if type(recipient) is not int or not 0 <= recipient < self.org.n:
+            raise MessageError(f"there is no agent {recipient!r} (the run has {self.org.n})")
+        check_human_text(text)
+        packet = Packet(HUMAN_SENDER, HUMAN, HUMAN, text, None, now, self._next_id, (recipient,))
+        nbytes = packet.copy_bytes + int_size(recipient)
+        self.next_message_id = self._next_id + 1
+        ledger = self.ledger
+        ledger.messages += 1
+        ledger.bytes += nbytes
+        ledger.messages_by_channel[HUMAN] = ledger.messages_by_channel.get(HUMAN, 0) + 1
+        ledger.bytes_by_channel[HUMAN] = ledger.bytes_by_channel.get(HUMAN, 0) + nbytes
+        if self.on_stamp is not None:
+            self.on_stamp([packet], False)
+        return packet
 
     def take(self, batch: Batch) -> int:
         """Account a batch taken from an in-queue; return its size in bytes."""

@@ -32,14 +32,21 @@ class RunResult:
     """Faults injected and recovery actions by kind (None: a run without a network)."""
     stalled: dict[int, str] = field(default_factory=dict)
     """Stalled agents -> what each waits for."""
+    interrupts: list[tuple[int, str]] = field(default_factory=list)
+    """(agent, reason) of each :class:`~megaactors.core.behaviour.Interrupt` the behaviour
+    yielded. A run without checkpoints has no point to stop at and come back to: it
+    goes on, and these say who asked for a human and why."""
 
     def summary(self) -> dict[str, Any]:
         """Every ledger figure plus the run's parameters (JSON-ready); a run through a
-        network adds ``status``, ``faults`` and ``stalled``."""
+        network adds ``status``, ``faults`` and ``stalled``; one whose behaviour asked
+        for a human, ``interrupts``."""
         out = {**self.params, "runtime": self.runtime, **self.ledger.summary(self.org)}
         if self.faults is not None:
             out["status"], out["faults"] = self.status, dict(self.faults)
             out["stalled"] = {str(agent): waits for agent, waits in self.stalled.items()}
+        if self.interrupts:
+            out["interrupts"] = [[agent, reason] for agent, reason in self.interrupts]
         return out
 
     def to_json(self, **kwargs: Any) -> str:

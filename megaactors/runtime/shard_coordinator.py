@@ -202,6 +202,7 @@ def _merge(rt: AsyncioRuntime, bounds: list[int], results: dict[int, dict[str, A
         led.add_part(res["ledger"], lo, hi)
         for agent, state in zip(rt.agents[lo:hi], res["states"], strict=True):
             agent.data = state
+        rt.core.interrupts.extend((agent, reason) for agent, reason in res["interrupts"])
         if res["trace"] is not None:
             t, b = res["trace"]["transitions"], res["trace"]["batches"]
             rows.extend(zip(t["time"], t["agent"], t["from"], t["to"], strict=True))

@@ -28,7 +28,7 @@ from typing import Any
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
 from megaactors.core.behaviour import NOTHING, AgentContext, Behaviour, Effects, LLMRequest, ToolCall
 from megaactors.core.llm import SimulatedLLM
-from megaactors.core.messages import Batch
+from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.runtime.events import EventQueue
 from megaactors.runtime.gates import FifoGate
@@ -149,6 +149,15 @@ class SimRuntime(ProviderCalls, SimQueues):
                 self._ready.append(a.id)
         self._drain()
 
+    def send_human(self, agent: int, text: str) -> Packet:
+        """A human's message (:data:`~megaactors.core.messages.HUMAN`) into ``agent``'s
+        in-queue now, between two events; an Idle agent takes it at once. Raises
+        :class:`~megaactors.errors.MessageError` for no such agent or an unfit text."""
+        packet = self.postman.stamp_human(agent, text, self.now)
+        self.enqueue(agent, packet)
+        self._drain()
+        return packet
+
     def step(self) -> bool:
         """Run one event (an LLM reply, a retry, a finished tool call) and the cascade it
         causes (deliveries, wake-ups, new batches); False when nothing was left to run."""
@@ -205,14 +214,6 @@ class SimRuntime(ProviderCalls, SimQueues):
         elif result.faults is not None:  # injected LLM faults only
             report(result, self.behaviour, self.agents, NetworkState())
         return result
-
-    def place(self, recruiter: Agent, agents: list[Agent]) -> None:
-        """Recruited agents start Idle with an empty in-queue (the interpreter's host)."""
-        for agent in agents:
-            self._inboxes.append(agent.inbox)
-            self._awake.append(0)
-            self.mail.subscribe(agent.id)
-        self.mail.subscribe(recruiter.id)  # it may administer a new group
 
     def _drain(self) -> None:
         ready, agents, wake = self._ready, self.agents, self._wake

@@ -85,6 +85,14 @@ class SimQueues:
         if not self._awake[recipient]:
             self._wake_idle((recipient,))
 
+    def place(self, recruiter: Agent, agents: list[Agent]) -> None:
+        """Recruited agents start Idle with an empty in-queue (the interpreter's host)."""
+        for agent in agents:
+            self._inboxes.append(agent.inbox)
+            self._awake.append(0)
+            self.mail.subscribe(agent.id)
+        self.mail.subscribe(recruiter.id)  # it may administer a new group
+
     def wake(self, agent: int) -> None:
         """Let ``agent`` take what waits in its in-queue."""
         if not self._awake[agent]:
