@@ -41,3 +41,19 @@ def test_parts_of_disjoint_counts_add_up_exactly() -> None:
     assert (total.messages, total.bytes, total.cost_usd) == (12, 120, 0.75)
     assert total.messages_by_channel["intra"] == 5 and total.messages_by_channel["admin"] == 7
     assert list(total.per_agent["sent"]) == [2, 3, 4, 3]
+
+
+def test_a_part_with_a_human_channel_adds_it() -> None:
+    """Human messages have a channel of their own, beyond the organisation's: a part
+    that counted some adds them as it adds the others."""
+    from megaactors.core.messages import HUMAN
+
+    a, b = Ledger(2), Ledger(2)
+    a.messages_by_channel[HUMAN], a.bytes_by_channel[HUMAN] = 2, 30
+    b.messages_by_channel[HUMAN], b.bytes_by_channel[HUMAN] = 1, 12
+    b.messages_by_channel["intra"] = 4
+    total = Ledger(2)
+    total.add_part(a.part(0, 1), 0, 1)
+    total.add_part(b.part(1, 2), 1, 2)
+    assert total.messages_by_channel[HUMAN] == 3 and total.bytes_by_channel[HUMAN] == 42
+    assert total.messages_by_channel["intra"] == 4

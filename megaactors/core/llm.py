@@ -9,7 +9,7 @@ million agents cost nothing extra).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -148,6 +148,11 @@ class LLMReply:
     failed: str | None = None
     """Why the call failed for good (``rate_limited``, ``error``, ``timeout``,
     ``too_large``: see :mod:`megaactors.providers.limits`), or None: it answered."""
+
+    def failed_as(self, kind: str, latency_s: float) -> LLMReply:
+        """This call failed for good with ``kind`` after ``latency_s``: its prompt was
+        sent, nothing came back, nothing is billed."""
+        return replace(self, tokens_out=0, latency_s=latency_s, cost_usd=0.0, text=None, failed=kind)
 
 
 @dataclass(frozen=True, slots=True)

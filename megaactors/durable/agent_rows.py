@@ -205,5 +205,5 @@ def _as_flown(reply: LLMReply, latency_s: float, failed: str | None) -> LLMReply
     """The reply the model drew, as the provider model let it through: a retried
     attempt's latency, or the failed reply of a call whose retries ran out."""
     if failed is not None:
-        return LLMReply(reply.tokens_in, 0, latency_s, 0.0, reply.stage, reply.call_index, None, failed)
+        return reply.failed_as(failed, latency_s)
     return reply if reply.latency_s == latency_s else replace(reply, latency_s=latency_s)

@@ -220,8 +220,7 @@ class ProviderModel:
             if kind is None:
                 return Answered(reply)
         if kind == "too_large" or attempt >= self.max_retries:
-            failed = LLMReply(reply.tokens_in, 0, elapsed_s + spent, 0.0, reply.stage, index, None, kind)
-            return CallFailed(kind, spent, failed)
+            return CallFailed(kind, spent, reply.failed_as(kind, elapsed_s + spent))
         backoff = max(retry_after, full_jitter(self.seed, agent, index, attempt, self.base_s, self.cap_s))
         return Retrying(kind, spent + backoff, backoff)
 
