@@ -119,12 +119,11 @@ class Ledger:
         peaks need not coincide)."""
         for k, v in part["totals"].items():
             setattr(self, k, getattr(self, k) + v)
-        for mine, theirs in (
-            (self.messages_by_channel, part["messages_by_channel"]),
-            (self.bytes_by_channel, part["bytes_by_channel"]),
-        ):
-            for ch, v in theirs.items():  # a channel beyond CHANNELS (a human's messages) too
-                mine[ch] = mine.get(ch, 0) + v
+        counts, sizes = self.messages_by_channel, self.bytes_by_channel
+        for ch, v in part["messages_by_channel"].items():  # a channel beyond CHANNELS (a human's) too
+            counts[ch] = counts.get(ch, 0) + v
+        for ch, v in part["bytes_by_channel"].items():
+            sizes[ch] = sizes.get(ch, 0) + v
         for stage, values in part["stages"].items():
             mine = self._stages.setdefault(stage, [0, 0, 0, 0.0])
             for i, v in enumerate(values):
