@@ -33,7 +33,7 @@ from megaactors.core.organisation import Organisation
 from megaactors.runtime.events import EventQueue
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
-from megaactors.runtime.interpreter import Interpreter
+from megaactors.runtime.interpreter import Interpreter, Wait
 from megaactors.runtime.mailboxes import Mailboxes, gather
 from megaactors.runtime.net_delivery import NetworkDelivery, NetworkState, network_for, report
 from megaactors.runtime.options import RuntimeOptions
@@ -187,28 +187,30 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
         events, agents, complete, ready, wake = self._events, self.agents, self._complete, self._ready, self._wake
         log = self.observer.events if self.observer is not None else None
         ran = 0
-        while True:
-            # EventQueue.pop, inlined: read the current bucket in place
-            current, i = events.current, events.index
-            if i == len(current):
-                if not events.refill():
+        try:
+            while True:
+                # EventQueue.pop, inlined: read the current bucket in place
+                current, i = events.current, events.index
+                if i == len(current):
+                    if not events.refill():
+                        break
+                    current, i = events.current, 0
+                t, _, aid = current[i]
+                if t >= until:
                     break
-                current, i = events.current, 0
-            t, _, aid = current[i]
-            if t >= until:
-                break
-            events.index = i + 1
-            self.now = t
-            if log is not None:
-                log.append(aid)
-            if aid >= 0:
-                complete(agents[aid])
-            else:  # a network event (see schedule_network)
-                self._net.fire(-aid)  # type: ignore[union-attr]
-            while ready:
-                wake(agents[ready.popleft()])
-            self.events_run += 1
-            ran += 1
+                events.index = i + 1
+                self.now = t
+                if log is not None:
+                    log.append(aid)
+                if aid >= 0:
+                    complete(agents[aid])
+                else:  # a network event (see schedule_network)
+                    self._net.fire(-aid)  # type: ignore[union-attr]
+                while ready:
+                    wake(agents[ready.popleft()])
+                ran += 1
+        finally:  # events_run counted once, not per event
+            self.events_run += ran
         return ran
 
     def result(self) -> RunResult:
@@ -272,10 +274,13 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
             eff = self.behaviour.on_batch(ctx, a.data, batch)
         except Exception as exc:
             raise self.core.batch_error(a, batch, exc) from exc
-        self._apply(a, eff, ctx)
+        self._go_on(a, self._apply_effects(a, eff), ctx)  # _apply, inlined
 
     def _apply(self, a: Agent, eff: Effects, ctx: AgentContext | None = None) -> None:
-        wait = self._apply_effects(a, eff)
+        self._go_on(a, self._apply_effects(a, eff), ctx)
+
+    def _go_on(self, a: Agent, wait: Wait, ctx: AgentContext | None = None) -> None:
+        """``a``'s effects are applied: respond, or start what it waits for."""
         if wait is None:
             self._respond(a, ctx)
         elif type(wait) is LLMRequest:
@@ -354,7 +359,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
         if eff is NOTHING:  # the usual end of a function-call loop: straight to Response
             self._respond(a, ctx)
         else:
-            self._apply(a, eff, ctx)
+            self._go_on(a, self._apply_effects(a, eff), ctx)  # _apply, inlined
 
     def _respond(self, a: Agent, ctx: AgentContext | None = None) -> None:
         now, trace = self.now, self.trace
