@@ -6,10 +6,11 @@ For each tree, the workload runs twice under ``valgrind --tool=cachegrind``: wit
 ``--agents N`` and with none (imports only); the difference is what the run itself
 costs. ``PYTHONHASHSEED=0`` keeps dictionary order, hence the count, the same from
 run to run; ``OPENBLAS_NUM_THREADS=1`` keeps numpy's BLAS threads (idle, but polling
-for work while the run lasts) from adding tens of millions of instructions of their own. Workloads: ``sim`` (a two-tier chat round of 2 rounds on the
-simulation), ``asyncio`` and ``pykka`` (3 rounds, zero-latency calls, as in
-``live_runtimes.py``), ``durable`` (1 round checkpointed every super-step into SQLite,
-as in ``checkpoint_overhead.py``). Group size G = round((2N)^(1/3)).
+for work while the run lasts) from adding tens of millions of instructions of their
+own. Workloads: ``sim`` (a two-tier chat round of 2 rounds on the simulation),
+``asyncio`` and ``pykka`` (3 rounds, zero-latency calls, as in ``live_runtimes.py``),
+``durable`` (1 round checkpointed every super-step into SQLite, as in
+``checkpoint_overhead.py``). Group size G = round((2N)^(1/3)).
 
     python benchmarks/instruction_counts.py --trees /tmp/old,. --workload sim --agents 2000
 

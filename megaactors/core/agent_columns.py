@@ -15,6 +15,7 @@ pending amount and the journals never hold more than a few thousand entries.
 from __future__ import annotations
 
 from array import array
+from typing import Any
 
 import numpy as np
 
@@ -78,23 +79,26 @@ class AgentColumns:
             _add(cols["tokens_in"], agents, tokens_in)
             _add(cols["tokens_out"], agents, tokens_out)
             _add(self._cost, agents, cost)
-            for journal in self.calls:
-                journal.clear()
-        for journal, (count_col, messages_col, bytes_col) in (
-            (self.batches, ("batches", "received", "bytes_received")),
-            (self.sends, (None, "sent", "bytes_sent")),
-        ):
-            agents, messages, sizes = journal
-            if agents:
-                if count_col is not None:
-                    _add(cols[count_col], agents, None)
-                _add(cols[messages_col], agents, messages)
-                _add(cols[bytes_col], agents, sizes)
-                for part in journal:
-                    part.clear()
+            _clear(self.calls)
+        agents, messages, sizes = self.batches
+        if agents:
+            _add(cols["batches"], agents, None)
+            _add(cols["received"], agents, messages)
+            _add(cols["bytes_received"], agents, sizes)
+            _clear(self.batches)
+        agents, messages, sizes = self.sends
+        if agents:
+            _add(cols["sent"], agents, messages)
+            _add(cols["bytes_sent"], agents, sizes)
+            _clear(self.sends)
 
 
-def _add(column: array[int] | array[float], agents: list[int], amounts: list[int] | list[float] | None) -> None:
+def _clear(journal: tuple[list[Any], ...]) -> None:
+    for part in journal:
+        part.clear()
+
+
+def _add(column: array[Any], agents: list[int], amounts: list[int] | list[float] | None) -> None:
     """``column[agents[i]] += amounts[i]`` (1 when ``amounts`` is None), in order."""
     if len(agents) < _SMALL:
         if amounts is None:
@@ -102,7 +106,7 @@ def _add(column: array[int] | array[float], agents: list[int], amounts: list[int
                 column[a] += 1
         else:
             for a, x in zip(agents, amounts, strict=True):
-                column[a] += x  # type: ignore[assignment]
+                column[a] += x
         return
     dtype = np.float64 if column.typecode == "d" else np.int64
     where = np.array(agents, dtype=np.intp)
