@@ -187,30 +187,28 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
         events, agents, complete, ready, wake = self._events, self.agents, self._complete, self._ready, self._wake
         log = self.observer.events if self.observer is not None else None
         ran = 0
-        try:
-            while True:
-                # EventQueue.pop, inlined: read the current bucket in place
-                current, i = events.current, events.index
-                if i == len(current):
-                    if not events.refill():
-                        break
-                    current, i = events.current, 0
-                t, _, aid = current[i]
-                if t >= until:
+        while True:
+            # EventQueue.pop, inlined: read the current bucket in place
+            current, i = events.current, events.index
+            if i == len(current):
+                if not events.refill():
                     break
-                events.index = i + 1
-                self.now = t
-                if log is not None:
-                    log.append(aid)
-                if aid >= 0:
-                    complete(agents[aid])
-                else:  # a network event (see schedule_network)
-                    self._net.fire(-aid)  # type: ignore[union-attr]
-                while ready:
-                    wake(agents[ready.popleft()])
-                ran += 1
-        finally:  # events_run counted once, not per event
-            self.events_run += ran
+                current, i = events.current, 0
+            t, _, aid = current[i]
+            if t >= until:
+                break
+            events.index = i + 1
+            self.now = t
+            if log is not None:
+                log.append(aid)
+            if aid >= 0:
+                complete(agents[aid])
+            else:  # a network event (see schedule_network)
+                self._net.fire(-aid)  # type: ignore[union-attr]
+            while ready:
+                wake(agents[ready.popleft()])
+            self.events_run += 1
+            ran += 1
         return ran
 
     def result(self) -> RunResult:
@@ -308,9 +306,8 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
         self._events.push(event)
 
     def _call_llm_now(self, a: Agent, request: LLMRequest) -> None:
-        """:meth:`_call_llm` with no LLM slots, provider model or observer of paid
-        calls (when none is set): ``Interpreter.issue_llm``,
-        inlined, as this runs once per LLM call."""
+        """:meth:`_call_llm` when no LLM slot, provider model or observer of paid
+        calls is set: ``Interpreter.issue_llm``, inlined, as this runs once per call."""
         core, ledger = self.core, self.ledger
         in_flight = core.in_flight = core.in_flight + 1
         if in_flight > ledger.peak_llm_in_flight:
