@@ -230,11 +230,9 @@ class Postman:
         ledger.bytes += nbytes
         ledger.messages_by_channel[channel] += count
         ledger.bytes_by_channel[channel] += nbytes
-        agents, counts, sizes = self._sends  # the per-agent columns' journal
-        agents.append(sender)
-        counts.append(count)
-        sizes.append(nbytes)
-        if len(agents) >= FOLD_AT:
+        journal = self._sends  # the per-agent columns, journaled
+        journal.append((sender, count, nbytes))
+        if len(journal) >= FOLD_AT:
             self._columns.fold()
         if self.on_stamp is not None:
             self.on_stamp(packets, self.broadcast)
@@ -269,11 +267,9 @@ class Postman:
         ``copy_bytes`` sum to ``copy_bytes``; return its size in bytes."""
         sizes = self._sizes
         nbytes = copy_bytes + count * (sizes[recipient] if recipient < len(sizes) else int_size(recipient))
-        agents, counts, batch_bytes = self._batches  # the per-agent columns' journal
-        agents.append(recipient)
-        counts.append(count)
-        batch_bytes.append(nbytes)
-        if len(agents) >= FOLD_AT:
+        journal = self._batches  # the per-agent columns, journaled
+        journal.append((recipient, count, nbytes))
+        if len(journal) >= FOLD_AT:
             self._columns.fold()
         if count > self.ledger.peak_queue_depth:
             self.ledger.peak_queue_depth = count
