@@ -84,7 +84,7 @@ def test_journaled_columns_fold_to_the_sums_added_one_by_one() -> None:
     assert ledger.cost_per_agent.tobytes() == cost.tobytes()
     assert sum(ledger.per_agent["tokens_out"]) == 60 * (FOLD_AT + 777)
     columns = AgentColumns(2)
-    columns.sends.append((1, 3, 90))
+    columns.sends[0].append(1), columns.sends[1].append(3), columns.sends[2].append(90)
     columns.grow(4)  # a pending entry is folded before the columns grow
     assert list(columns.columns["sent"]) == [0, 3, 0, 0] and list(columns.columns["bytes_sent"]) == [0, 90, 0, 0]
-    assert not columns.sends
+    assert not any(columns.sends)

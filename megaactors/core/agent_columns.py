@@ -31,20 +31,20 @@ _SMALL = 32
 class AgentColumns:
     """Per-agent counters with write journals (see the module's docstring).
 
-    ``calls``, ``batches`` and ``sends`` are the journals, lists of rows the hot path
-    appends to, calling :meth:`fold` once one holds :data:`FOLD_AT` rows: ``calls``
-    rows are (agent, tokens in, tokens out, dollars), one per LLM call; ``batches``
-    rows (agent, messages, bytes), one per batch taken; ``sends`` rows (agent,
-    messages, bytes), one per send stamped."""
+    ``calls``, ``batches`` and ``sends`` are the journals, lists the hot path appends
+    to and then calls :meth:`fold` when the first of them reaches :data:`FOLD_AT`:
+    ``calls`` = (agents, tokens in, tokens out, dollars), one entry per LLM call;
+    ``batches`` = (agents, messages, bytes), one per batch taken; ``sends`` =
+    (agents, messages, bytes), one per send stamped."""
 
     __slots__ = ("_columns", "_cost", "batches", "calls", "sends")
 
     def __init__(self, n_agents: int = 0) -> None:
         self._columns: dict[str, array[int]] = {c: array("q", bytes(8 * n_agents)) for c in AGENT_COLUMNS}
         self._cost: array[float] = array("d", bytes(8 * n_agents))
-        self.calls: list[tuple[int, int, int, float]] = []
-        self.batches: list[tuple[int, int, int]] = []
-        self.sends: list[tuple[int, int, int]] = []
+        self.calls: tuple[list[int], list[int], list[int], list[float]] = ([], [], [], [])
+        self.batches: tuple[list[int], list[int], list[int]] = ([], [], [])
+        self.sends: tuple[list[int], list[int], list[int]] = ([], [], [])
 
     @property
     def columns(self) -> dict[str, array[int]]:
@@ -70,30 +70,45 @@ class AgentColumns:
                 col.extend(array("q", bytes(8 * extra)))
             self._cost.extend(array("d", bytes(8 * extra)))
 
+    def note(self, journal: tuple[list[int], list[int], list[int]], agent: int, count: int, nbytes: int) -> None:
+        """Journal a batch taken or a send stamped (``journal``: :attr:`batches` or
+        :attr:`sends`) of ``count`` messages and ``nbytes`` bytes by ``agent``."""
+        agents, counts, sizes = journal
+        agents.append(agent)
+        counts.append(count)
+        sizes.append(nbytes)
+        if len(agents) >= FOLD_AT:
+            self.fold()
+
     def fold(self) -> None:
         """Add every journal into the columns and empty it."""
         cols = self._columns
-        if self.calls:
-            agents, tokens_in, tokens_out, cost = zip(*self.calls, strict=True)
+        agents, tokens_in, tokens_out, cost = self.calls
+        if agents:
             _add(cols["llm_calls"], agents, None)
             _add(cols["tokens_in"], agents, tokens_in)
             _add(cols["tokens_out"], agents, tokens_out)
             _add(self._cost, agents, cost)
-            self.calls.clear()
-        if self.batches:
-            agents, messages, sizes = zip(*self.batches, strict=True)
+            _clear(self.calls)
+        agents, messages, sizes = self.batches
+        if agents:
             _add(cols["batches"], agents, None)
             _add(cols["received"], agents, messages)
             _add(cols["bytes_received"], agents, sizes)
-            self.batches.clear()
-        if self.sends:
-            agents, messages, sizes = zip(*self.sends, strict=True)
+            _clear(self.batches)
+        agents, messages, sizes = self.sends
+        if agents:
             _add(cols["sent"], agents, messages)
             _add(cols["bytes_sent"], agents, sizes)
-            self.sends.clear()
+            _clear(self.sends)
 
 
-def _add(column: array[Any], agents: tuple[int, ...], amounts: tuple[float, ...] | None) -> None:
+def _clear(journal: tuple[list[Any], ...]) -> None:
+    for part in journal:
+        part.clear()
+
+
+def _add(column: array[Any], agents: list[int], amounts: list[int] | list[float] | None) -> None:
     """``column[agents[i]] += amounts[i]`` (1 when ``amounts`` is None), in order."""
     if len(agents) < _SMALL:
         if amounts is None:

@@ -90,9 +90,12 @@ class Ledger:
         self.tokens_out += tout
         self.cost_usd += cost
         self.llm_time_s += reply.latency_s
-        journal = self.agent_columns.calls  # the per-agent columns, journaled (see AgentColumns)
-        journal.append((agent, tin, tout, cost))
-        if len(journal) >= FOLD_AT:
+        agents, tins, touts, costs = self.agent_columns.calls  # journaled: see AgentColumns
+        agents.append(agent)
+        tins.append(tin)
+        touts.append(tout)
+        costs.append(cost)
+        if len(agents) >= FOLD_AT:
             self.agent_columns.fold()
         stage = self._stages.get(reply.stage)
         if stage is None:

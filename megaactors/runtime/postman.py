@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 
-from megaactors.core.agent_columns import FOLD_AT
 from megaactors.core.behaviour import Send
 from megaactors.core.ledger import Ledger
 from megaactors.core.messages import (
@@ -230,10 +229,7 @@ class Postman:
         ledger.bytes += nbytes
         ledger.messages_by_channel[channel] += count
         ledger.bytes_by_channel[channel] += nbytes
-        journal = self._sends  # the per-agent columns, journaled
-        journal.append((sender, count, nbytes))
-        if len(journal) >= FOLD_AT:
-            self._columns.fold()
+        self._columns.note(self._sends, sender, count, nbytes)
         if self.on_stamp is not None:
             self.on_stamp(packets, self.broadcast)
         return packets
@@ -267,10 +263,7 @@ class Postman:
         ``copy_bytes`` sum to ``copy_bytes``; return its size in bytes."""
         sizes = self._sizes
         nbytes = copy_bytes + count * (sizes[recipient] if recipient < len(sizes) else int_size(recipient))
-        journal = self._batches  # the per-agent columns, journaled
-        journal.append((recipient, count, nbytes))
-        if len(journal) >= FOLD_AT:
-            self._columns.fold()
+        self._columns.note(self._batches, recipient, count, nbytes)
         if count > self.ledger.peak_queue_depth:
             self.ledger.peak_queue_depth = count
         return nbytes
