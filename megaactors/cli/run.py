@@ -11,6 +11,7 @@ from typing import Any
 from megaactors.cli.common import CommandError, add_param, add_run_options, spec_from_args
 from megaactors.cli.durable_common import add_durable_options, check_budget, run_checkpointed
 from megaactors.cli.endpoint import add_endpoint_options, endpoint_client
+from megaactors.cli.shards import add_shard_options, shard_options
 from megaactors.experiments.collector import CollectorError, DataCollector, check_output_path
 from megaactors.experiments.spec import RunSpec
 from megaactors.validation import Param
@@ -71,12 +72,14 @@ def register(sub: Any) -> None:
     add_param(p, TRACE_AGENTS, default=200)
     add_durable_options(p, with_store=True)
     add_endpoint_options(p)
+    add_shard_options(p)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     check_budget(args, [spec])
+    sharding = shard_options(args, spec)
     client = endpoint_client(args, spec)
     if client is not None:
         if args.trace_out is not None or args.collect is not None or args.db or args.run_id:
@@ -97,7 +100,7 @@ def handle(args: argparse.Namespace) -> int:
         from megaactors.cli.resume import print_summary
 
         return print_summary(run_checkpointed(args, spec), args.json)
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = dict(sharding)
     if args.time_scale is not None:
         options["time_scale"] = args.time_scale  # a RuntimeOptions field: runtimes in virtual time ignore it
     summary = with_status(spec.execute(**options).summary())

@@ -35,7 +35,16 @@ from megaactors.runtime.ray_cluster import import_ray, ray_session
 if TYPE_CHECKING:
     from megaactors.runtime.aio import AsyncioRuntime
 
-__all__ = ["CPUS_PER_SHARD", "EXACT_BELOW", "ID_BLOCK", "IdAllocator", "RayTransport", "ShardActor", "ray_for_shards"]
+__all__ = [
+    "CPUS_PER_SHARD",
+    "EXACT_BELOW",
+    "ID_BLOCK",
+    "IdAllocator",
+    "IdBlock",
+    "RayTransport",
+    "ShardActor",
+    "ray_for_shards",
+]
 
 CPUS_PER_SHARD = 1
 """A shard is one event loop: one CPU."""
@@ -75,23 +84,34 @@ class IdAllocator:
         return first, size
 
 
+class IdBlock:
+    """A shard's ids: what is left of the last range ``fetch(count)`` gave it
+    (``fetch`` is :meth:`IdAllocator.reserve`, across Ray)."""
+
+    def __init__(self, fetch: Callable[[int], tuple[int, int]]) -> None:
+        self.fetch = fetch
+        self.next = self.limit = 0
+
+    def reserve(self, count: int) -> int:
+        if self.next + count > self.limit:
+            first, size = self.fetch(count)
+            self.next, self.limit = first, first + size
+        first = self.next
+        self.next += count
+        return first
+
+
 class RayLinks:
     """A shard actor's :class:`~megaactors.runtime.aio_shards.ShardLinks`."""
 
     def __init__(self, actor: ShardActor, peers: dict[int, Any], allocator: Any) -> None:
         self.actor = actor
         self.takers = {j: peer.take.options(concurrency_group="io") for j, peer in peers.items()}
-        self.allocator = allocator
-        self.next_id = self.id_limit = 0
-        self.ray = import_ray()
+        ray = import_ray()
+        self.ids = IdBlock(lambda count: ray.get(allocator.reserve.remote(count)))
 
     def reserve(self, count: int) -> int:
-        if self.next_id + count > self.id_limit:
-            first, size = self.ray.get(self.allocator.reserve.remote(count))
-            self.next_id, self.id_limit = first, first + size
-        first = self.next_id
-        self.next_id += count
-        return first
+        return self.ids.reserve(count)
 
     def send(self, shard: int, batch: Batch) -> None:
         self.takers[shard].remote(self.actor.index, batch)

@@ -1,0 +1,67 @@
+"""Sharded asyncio runs: the command line's --shards/--address and the Ray
+transport's message ids (the runs on a Ray cluster are in tests/ray_cases.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from megaactors import Organisation
+from megaactors.behaviours.chat_round import ChatRound
+from megaactors.cli import main
+from megaactors.core.messages import int_size, int_size_total
+from megaactors.errors import ParameterError
+from megaactors.runtime import AsyncioRuntime
+from megaactors.runtime.ray_shards import EXACT_BELOW, ID_BLOCK, IdAllocator, IdBlock
+
+RUN = ["run", "--runtime", "asyncio", "--topology", "two-tier", "--agents", "60", "--group-size", "12"]
+
+
+def test_ids_from_blocks_encode_to_the_sizes_of_consecutive_ids() -> None:
+    """Three shards reserving sends of random sizes in a random order: below the
+    last size boundary the ids are consecutive; above it the blocks' unused ends
+    leave gaps, among ids of one size, so the summed sizes are those of 0..M-1."""
+    allocator, rng = IdAllocator(), random.Random(7)
+    shards = [IdBlock(allocator.reserve) for _ in range(3)]
+    used: list[int] = []
+    while len(used) < 3 * ID_BLOCK:
+        count = rng.choice([1, 11, 125, 4000])
+        first = rng.choice(shards).reserve(count)
+        used.extend(range(first, first + count))
+    assert len(set(used)) == len(used)  # no id twice
+    low = sorted(i for i in used if i < EXACT_BELOW)
+    assert low == list(range(len(low))) and len(low) >= EXACT_BELOW
+    assert max(used) >= len(used)  # gaps there are, above the boundary
+    assert sum(map(int_size, used)) == int_size_total(0, len(used))
+
+
+def test_one_shard_per_group_at_most_and_address_only_with_shards(capsys: pytest.CaptureFixture[str]) -> None:
+    for args, needle in (
+        (["--shards", "6"], "--shards 6 is more than the organisation's 5 groups"),
+        (["--address", "local"], "--address places shards on Ray: it needs --shards 2 or more"),
+        (["--shards", "2", "--address", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
+        (["--shards", "2", "--address", "nowhere"], "--address must be HOST:PORT"),
+        (["--shards", "2", "--runtime", "pykka"], "--shards splits a live run on the asyncio runtime"),
+    ):
+        assert main([*RUN, *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+
+
+def test_the_run_command_shards_over_processes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*RUN, "--time-scale", "0.002", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main([*RUN, "--time-scale", "0.002", "--json", "--shards", "3"]) == 0
+    three = json.loads(capsys.readouterr().out)
+    figures = ("messages", "bytes", "messages_by_channel", "agents")  # calls vary with batching, live
+    assert {k: three[k] for k in figures} == {k: one[k] for k in figures}
+
+
+def test_the_shard_transport_is_checked() -> None:
+    org = Organisation.two_tier(24, 6)
+    with pytest.raises(ParameterError, match="unknown shard transport 'mpi'"):
+        AsyncioRuntime(org, ChatRound(), shards=2, transport="mpi")
+    with pytest.raises(ParameterError, match="a Ray address needs the ray shard transport"):
+        AsyncioRuntime(org, ChatRound(), shards=2, address="127.0.0.1:6379")
