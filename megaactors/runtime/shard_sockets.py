@@ -7,9 +7,7 @@ memory, so the run's ids are consecutive from 0 as in an unsharded run. A shard
 ends its process at once when its result is sent.
 
 This transport stays beside the Ray actors (:mod:`megaactors.runtime.ray_shards`)
-for runs on one machine: at a million agents on 2 shards it took 1.00 of the wall
-time and 1.00 of the summed memory that Ray actors took (see BENCHMARKS.md, "A
-million agents on asyncio"), and it needs no Ray.
+for runs on one machine (see BENCHMARKS.md, "A million agents on asyncio").
 """
 
 from __future__ import annotations
@@ -209,13 +207,12 @@ class SocketTransport:
         """Shard ``k``'s process ended: what it left in its socket, then its loss."""
         sock, out = self.controls[k], []
         sock.setblocking(False)
-        with contextlib.suppress(BlockingIOError, EOFError, OSError):
-            while True:
-                message = self._read(k)
+        try:
+            while (message := self._read(k))[0] != "lost":
                 out.append(message)
-                if message[0] == "lost":
-                    break
-        out.append(("lost", k, f"shard {k} exited with code {self.processes[k].exitcode} before reporting"))
+        except (BlockingIOError, OSError):
+            message = self._lost(k)
+        out.append(message)
         return out
 
     def _read(self, k: int) -> tuple[Any, ...]:
@@ -225,7 +222,14 @@ class SocketTransport:
             sock.setblocking(True)
             return pickle.loads(_recv_exactly(sock, size))
         except EOFError:
+            return self._lost(k)
+
+    def _lost(self, k: int) -> tuple[Any, ...]:
+        process = self.processes[k]
+        process.join(timeout=5)  # its end closed the socket: it is ending
+        if process.exitcode is None:
             return ("lost", k, f"shard {k} closed its connection before reporting")
+        return ("lost", k, f"shard {k} exited with code {process.exitcode} before reporting")
 
     def close(self) -> None:
         for p in self.processes:
