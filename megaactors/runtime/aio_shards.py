@@ -2,33 +2,33 @@
 
 ``AsyncioRuntime(..., shards=k).run()`` cuts the agents into ``k`` contiguous id
 ranges (at group boundaries where it can, so that a group's chat stays inside one
-process) and runs each range as the asyncio runtime in a process of its own (forked,
-or a Ray actor's). A message for an agent of another shard travels with its packet to that
-shard, batched: one batch per destination shard per event-loop turn; a broadcast
-to a channel (a group, the admins) travels once per shard and goes into that
-shard's copy of the channel's log. How batches travel, and where message ids come
-from, is the transport's (:class:`ShardLinks`): socket pairs between forked
-processes on one machine (:mod:`megaactors.runtime.shard_sockets`) or Ray actors
-on a cluster (:mod:`megaactors.runtime.ray_shards`). Either way the ids of the run
-encode to the sizes of ids consecutive from 0, so counts and bytes are those of an
-unsharded run.
+process) and runs each range as the asyncio runtime in a process of its own
+(forked, or a Ray actor's). A message for an agent of another shard travels with
+its packet to that shard, batched: one batch per destination shard per event-loop
+turn; a broadcast to a channel (a group, the admins) travels once per shard and
+goes into that shard's copy of the channel's log. How batches travel, and where
+message ids come from, is the transport's (:class:`ShardLinks`): socket pairs
+between forked processes on one machine (:mod:`megaactors.runtime.shard_sockets`)
+or Ray actors on a cluster (:mod:`megaactors.runtime.ray_shards`). Either way the
+run's ids encode to the sizes of ids consecutive from 0, so counts and bytes are
+those of an unsharded run.
 
-The parent process only coordinates
-(:mod:`megaactors.runtime.shard_coordinator`). A shard that has no agent busy reports how
-many packets it has sent to and received from each other shard; when every shard
-is quiet and every packet sent has been received, the parent asks each shard
-whether it has stayed quiet since (a second wave, so that no report is stale) and
-then stops them all. Each shard sends back its part of the ledger, its agents'
-states and its trace, which the parent merges, and ends at once rather than
-tearing down its idle tasks one by one (a shard also runs with the cyclic garbage
-collector off: it lives for one run). ``peak_llm_in_flight`` is then the sum of
-the shards' peaks (an upper bound of the true peak).
+The parent process only coordinates (:mod:`megaactors.runtime.shard_coordinator`).
+A shard that has no agent busy reports how many packets it has sent to and
+received from each other shard; when every shard is quiet and every packet sent
+has been received, the parent asks each shard whether it has stayed quiet since (a
+second wave, so that no report is stale) and then stops them all. Each shard sends
+back its part of the ledger, its agents' states and its trace, which the parent
+merges, and ends at once rather than tearing down its idle tasks one by one (a
+shard also runs with the cyclic garbage collector off: it lives for one run).
+``peak_llm_in_flight`` is then the sum of the shards' peaks (an upper bound of the
+true peak).
 
-Sharding refuses what would
-need state shared by every process: serial mode, ``max_concurrent_llm``,
-recruiting, named tool locks, faults, and rate limits shared by the run (or by a
-group cut between two shards: :func:`check_shared_limits`). An exception in any
-shard stops every shard and is raised by ``run()``.
+Sharding refuses what would need state shared by every process: serial mode,
+``max_concurrent_llm``, recruiting, named tool locks, faults, and rate limits
+shared by the run (or by a group cut between two shards:
+:func:`check_shared_limits`). An exception in any shard stops every shard and is
+raised by ``run()``.
 
 This module is what runs in a shard: a :class:`ShardRouter` (the asyncio
 runtime's :class:`~megaactors.runtime.aio.Router`) that forwards what is for other
