@@ -44,12 +44,14 @@ def test_ids_from_blocks_encode_to_the_sizes_of_consecutive_ids() -> None:
     assert sum(int_size_total(first, first + count) for first, count in taken) == int_size_total(0, total)
 
 
-def test_one_shard_per_group_at_most_and_address_only_with_shards(capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_shard_per_group_at_most_and_ray_only_with_shards(capsys: pytest.CaptureFixture[str]) -> None:
     for args, needle in (
         (["--shards", "6"], "--shards 6 is more than the organisation's 5 groups"),
-        (["--address", "local"], "--address places shards on Ray: it needs --shards 2 or more"),
+        (["--address", "127.0.0.1:6379"], "--shard-backend and --address go with --shards K"),
+        (["--shards", "1", "--shard-backend", "ray"], "they need --shards 2 or more"),
         (["--shards", "2", "--address", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
         (["--shards", "2", "--address", "nowhere"], "--address must be HOST:PORT"),
+        (["--shards", "2", "--shard-backend", "processes", "--address", "127.0.0.1:1"], "does not combine"),
         (["--shards", "2", "--runtime", "pykka"], "--shards splits a live run on the asyncio runtime"),
     ):
         assert main([*RUN, *args]) == 2

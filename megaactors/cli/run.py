@@ -11,7 +11,7 @@ from typing import Any
 from megaactors.cli.common import CommandError, add_param, add_run_options, spec_from_args
 from megaactors.cli.durable_common import add_durable_options, check_budget, run_checkpointed
 from megaactors.cli.endpoint import add_endpoint_options, endpoint_client
-from megaactors.cli.shards import add_shard_options, shard_options
+from megaactors.cli.shards import add_shard_options, run_sharded_live, sharding
 from megaactors.experiments.collector import CollectorError, DataCollector, check_output_path
 from megaactors.experiments.spec import RunSpec
 from megaactors.validation import Param
@@ -79,7 +79,10 @@ def register(sub: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     check_budget(args, [spec])
-    sharding = shard_options(args, spec)
+    if sharding(args):
+        summary = with_status(run_sharded_live(args, spec))
+        print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
+        return 0
     client = endpoint_client(args, spec)
     if client is not None:
         if args.trace_out is not None or args.collect is not None or args.db or args.run_id:
@@ -100,7 +103,7 @@ def handle(args: argparse.Namespace) -> int:
         from megaactors.cli.resume import print_summary
 
         return print_summary(run_checkpointed(args, spec), args.json)
-    options: dict[str, Any] = dict(sharding)
+    options: dict[str, Any] = {}
     if args.time_scale is not None:
         options["time_scale"] = args.time_scale  # a RuntimeOptions field: runtimes in virtual time ignore it
     summary = with_status(spec.execute(**options).summary())

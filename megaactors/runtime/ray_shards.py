@@ -268,7 +268,8 @@ class RayTransport:
         try:
             got = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:  # raised in the actor, outside the agents
-            return ("error", k, exc.as_instanceof_cause())
+            cause = exc.cause if isinstance(exc.cause, BaseException) else exc.as_instanceof_cause()
+            return ("error", k, cause)
         except ray.exceptions.RayError as exc:
             return ("lost", k, f"shard {k}'s Ray actor was lost ({type(exc).__name__}: {_one_line(exc)})")
         return ("done", k) if got is None else got
