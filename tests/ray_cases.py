@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from ray_cluster import LocalRayCluster, namespace_processes, require_namespace
 
-from megaactors import Organisation
+from megaactors import Effects, LLMRequest, Organisation
 from megaactors.behaviours.chat_round import ChatRound
 from megaactors.errors import BehaviourError
 from megaactors.experiments import ray_sweep
@@ -147,12 +147,35 @@ class _FailsOnSecondReply(ChatRound):
         return super().on_reply(ctx, state, reply)
 
 
-def test_an_exception_in_a_shard_actor_stops_every_shard_and_is_raised(cluster: LocalRayCluster) -> None:
+class _NotesItsNode:
+    """Each agent makes one LLM call and keeps the Ray node it ran on as its state."""
+
+    name = "notes-its-node"
+
+    def init(self, agent: int, org: Organisation) -> str:
+        return ""
+
+    def on_start(self, ctx: Any, state: str) -> Effects:
+        return Effects(llm=LLMRequest(new_tokens=1))
+
+    def on_reply(self, ctx: Any, state: str, reply: Any) -> Effects:
+        import ray
+
+        return Effects(state=ray.get_runtime_context().get_node_id())
+
+    def on_batch(self, ctx: Any, state: str, batch: Any) -> Effects:
+        return Effects()
+
+
+def test_shards_spread_over_the_nodes_and_an_exception_in_one_stops_all(cluster: LocalRayCluster) -> None:
     import ray
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # this module is not on the nodes
     org = Organisation.two_tier(150, 12)
     with ray_session(cluster.address):  # a run with no address uses the Ray this process is connected to
+        placed = AsyncioRuntime(org, _NotesItsNode(), time_scale=0.002, shards=2, transport="ray").run()
+        nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert set(placed.states) == nodes and len(nodes) == 2  # one shard on each node
         runtime = AsyncioRuntime(org, _FailsOnSecondReply(3), seed=5, time_scale=0.02, shards=2, transport="ray")
         with pytest.raises(BehaviourError, match=r"agent 100: .* failed on LLM reply 1: ValueError\('no answer'\)"):
             runtime.run()
