@@ -48,7 +48,7 @@ class _Unchanged:
         return "UNCHANGED"
 
     def __reduce__(self) -> str:
-        return "UNCHANGED"  # unpickles as the one marker, which is compared by identity
+        return "UNCHANGED"  # unpickled as the one marker (it is compared by identity)
 
 
 UNCHANGED: Any = _Unchanged()
