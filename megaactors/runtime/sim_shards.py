@@ -1,0 +1,202 @@
+"""A simulation sharded by machine that gives the same result as the unsharded one.
+
+``ShardedSimulation(org, behaviour, options, shards=K).run()`` (``megaactors run
+--runtime sim --shards K --machines M --net-latency cross=S``) cuts a run whose
+groups are placed on ``M`` machines into ``K <= M`` shards, machine ``m`` on shard
+``m mod K``; each shard simulates its machines (:class:`~megaactors.runtime.sim_shard.SimShard`).
+Time advances in conservative windows ``[t, t + S)``, ``t`` the earliest event of
+any shard and ``S`` the least time a copy between two machines takes: nothing sent
+in a window can arrive in it, so each shard runs its window alone; the copies for
+other shards are handed over, one batch per shard, at the window's end. The run
+ends when no shard has an event left and no copy is in transit.
+
+With the same seed and network settings the result (summary, counts and bytes per
+channel, ledger, per-agent figures, final states) is the same for every ``K`` and
+equal to :class:`~megaactors.runtime.sim.SimRuntime`'s: a run placed on machines
+numbers messages, breaks ties and adds dollars per machine
+(:mod:`megaactors.runtime.machine_link`). Shards run in this process, one after
+the other (``backend="inprocess"``), or as Ray actors (``backend="ray"``, on the
+cluster at ``address`` or a local Ray instance).
+
+What the whole run shares has no place in a shard and is refused: serial mode,
+``max_concurrent_llm``, a provider model (run-scope rate limits), faults,
+recruiting and named tool locks (the last two when they happen). A sharded run
+keeps no trace; ``peak_llm_in_flight`` is the sum of the machines' peaks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from megaactors.core.behaviour import Behaviour
+from megaactors.core.llm import SimulatedLLM
+from megaactors.core.machine_ledger import MachineLedger
+from megaactors.core.organisation import Organisation
+from megaactors.errors import ParameterError
+from megaactors.network.decisions import FaultDecisions
+from megaactors.network.faults import FaultSpec
+from megaactors.runtime.machine_link import Outgoing
+from megaactors.runtime.options import RuntimeOptions
+from megaactors.runtime.result import RunResult
+from megaactors.runtime.sim_shard import MachinePart, SimShard, WindowReport
+
+__all__ = ["BACKENDS", "ShardedSimulation", "check_shardable"]
+
+BACKENDS = ("inprocess", "ray")
+"""Where shards run: in the coordinator's process, or as Ray actors."""
+
+
+def check_shardable(org: Organisation, options: RuntimeOptions, shards: int) -> int:
+    """The number of machines of a run that may be cut into ``shards``; a
+    :class:`ParameterError` (one line) naming what stands in the way."""
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ParameterError(f"shards must be an integer >= 1, got {shards!r}")
+    network = options.network
+    if network is None or not network.placed:
+        raise ParameterError("a sharded simulation needs groups placed on machines (--machines M)")
+    if not network.cross_s > 0:
+        raise ParameterError(
+            "a sharded simulation needs a latency between machines > 0 (--net-latency cross=S): it is the window"
+        )
+    machines = FaultDecisions(options.seed, org, network, FaultSpec()).machine_count
+    if machines < 2:
+        raise ParameterError("a sharded simulation needs groups placed on two or more machines")
+    if shards > machines:
+        raise ParameterError(f"shards ({shards}) must not exceed the machines ({machines})")
+    if shards > len(org.groups):
+        raise ParameterError(f"shards ({shards}) must not exceed the groups ({len(org.groups)})")
+    shared = [
+        ("serial mode", options.serial),
+        ("max_concurrent_llm", options.max_concurrent_llm is not None),
+        ("a provider model (its rate limits are the whole run's)", options.provider is not None),
+        ("faults", options.faults is not None and (options.faults.on_messages or options.faults.may("llm"))),
+    ]
+    for what, present in shared:
+        if present:
+            raise ParameterError(f"a sharded simulation cannot share {what} between shards")
+    return machines
+
+
+class ShardedSimulation:
+    """A simulation cut into shards by machine (see the module docstring)."""
+
+    name = "sim"
+
+    def __init__(
+        self,
+        org: Organisation,
+        behaviour: Behaviour,
+        llm: Any = None,
+        options: RuntimeOptions | None = None,
+        *,
+        shards: int,
+        backend: str = "inprocess",
+        address: str | None = None,
+        **option_fields: Any,
+    ) -> None:
+        options = RuntimeOptions.build(options, **option_fields)
+        if backend not in BACKENDS:
+            raise ParameterError(f"shard backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        self.machines = check_shardable(org, options, shards)
+        self.org, self.behaviour, self.shards, self.backend, self.address = org, behaviour, shards, backend, address
+        self.options = RuntimeOptions.build(options, trace=False)
+        self.llm = llm if llm is not None else SimulatedLLM(seed=options.seed)
+        self.windows = 0
+        """Windows run so far."""
+
+    def _shard_args(self) -> list[tuple[Any, ...]]:
+        shard_of = [m % self.shards for m in range(self.machines)]
+        return [
+            (
+                self.org,
+                self.behaviour,
+                self.llm,
+                self.options,
+                [m for m in range(self.machines) if shard_of[m] == s],
+                shard_of,
+            )
+            for s in range(self.shards)
+        ]
+
+    def run(self) -> RunResult:
+        """Run every window until nothing is left; return the merged result."""
+        wall0 = time.perf_counter()
+        with self._shard_calls() as call:
+            reports: list[WindowReport] = call("start", [() for _ in range(self.shards)])
+            while True:
+                soonest = min(r.next_time for r in reports)
+                if soonest == float("inf"):
+                    break
+                until = soonest + self.options.network.lookahead_s  # type: ignore[union-attr]
+                incoming: list[list[list[Outgoing]]] = [[] for _ in range(self.shards)]
+                for r in reports:
+                    for shard, copies in r.outgoing.items():
+                        incoming[shard].append(copies)
+                reports = call("advance", [(until, incoming[s]) for s in range(self.shards)])
+                self.windows += 1
+            parts: list[MachinePart] = [p for ps in call("parts", [() for _ in range(self.shards)]) for p in ps]
+        return merge_parts(self.org, self.machines, parts, time.perf_counter() - wall0)
+
+    @contextmanager
+    def _shard_calls(self) -> Iterator[Callable[[str, list[tuple[Any, ...]]], list[Any]]]:
+        """A function calling one method on every shard with its arguments."""
+        if self.backend == "inprocess":
+            local = [SimShard(*args) for args in self._shard_args()]
+            yield lambda method, args: [getattr(s, method)(*a) for s, a in zip(local, args, strict=True)]
+            return
+        from megaactors.runtime.sim_shards_ray import ray_shards
+
+        with ray_shards(self._shard_args(), self.address) as call:
+            yield call
+
+
+def merge_parts(org: Organisation, machines: int, parts: list[MachinePart], wall_s: float) -> RunResult:
+    """The run's result from every machine's part (added in machine order)."""
+    parts = sorted(parts, key=lambda p: p.machine)
+    machine_of = np.zeros(org.n, dtype=np.int64)
+    for p in parts:
+        machine_of[p.agents] = p.machine
+    ledger = MachineLedger(org.n, machines, machine_of.__getitem__)
+    for p in parts:
+        totals = p.totals
+        for k, v in totals["totals"].items():
+            setattr(ledger, k, getattr(ledger, k) + v)
+        for ch, v in totals["messages_by_channel"].items():
+            ledger.messages_by_channel[ch] = ledger.messages_by_channel.get(ch, 0) + v
+        for ch, v in totals["bytes_by_channel"].items():
+            ledger.bytes_by_channel[ch] = ledger.bytes_by_channel.get(ch, 0) + v
+        for stage, values in totals["stages"].items():
+            mine = ledger.stages.setdefault(stage, [0, 0, 0, 0.0])
+            for i in range(3):
+                mine[i] += values[i]
+        ledger.peak_queue_depth = max(ledger.peak_queue_depth, totals["peak_queue_depth"])
+        for c, col in ledger.per_agent.items():
+            np.frombuffer(col, dtype=np.int64)[p.agents] = p.columns[c]
+        np.frombuffer(ledger.cost_per_agent, dtype=np.float64)[p.agents] = p.columns["cost"]
+        ledger.add_machine_part(p.machine, p.machine_figures)
+    ledger.settle()
+    ledger.virtual_time_s = max((p.virtual_time_s for p in parts), default=0.0)
+    ledger.wall_s = wall_s
+    states: list[Any] = [None] * org.n
+    for p in parts:
+        for agent, state in zip(p.agents.tolist(), p.states, strict=True):
+            states[agent] = state
+    counts = {k: sum(p.fault_counts[k] for p in parts) for k in parts[0].fault_counts}
+    stalled = dict(sorted(item for p in parts for item in p.stalled.items()))
+    result = RunResult(
+        runtime="sim",
+        org=org,
+        ledger=ledger,
+        trace=None,
+        states=states,
+        faults={**counts, "llm": 0},
+        stalled=stalled,
+        interrupts=[i for p in parts for i in p.interrupts],
+        status="stalled" if stalled else "ok",
+    )
+    return result
