@@ -3,6 +3,8 @@ as the unsharded simulation with the same network settings, and what it refuses.
 
 from __future__ import annotations
 
+import json
+
 import networkx as nx
 import pytest
 
@@ -111,3 +113,40 @@ def test_more_shards_than_groups_is_refused() -> None:
     network = NetworkModel({}, 0.05, machine_count=8)
     with pytest.raises(ParameterError, match=r"must not exceed the groups \(3\)"):
         ShardedSimulation(Organisation.two_tier(9, 3), ChatRound(), network=network, shards=4)
+
+
+def test_cli_sharded_run_equals_the_unsharded_one(capsys) -> None:
+    argv = ["run", "-n", "90", "-g", "9", "-r", "2", "--machines", "3", "--net-latency", "intra=0.01,cross=0.05"]
+    assert main([*argv, "--net-jitter", "0.002", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--net-jitter", "0.002", "--shards", "3", "--json"]) == 0
+    sharded = json.loads(capsys.readouterr().out)
+    plain.pop("wall_s"), sharded.pop("wall_s")
+    assert sharded == plain
+
+
+CLI_BAD = [
+    (["--shards", "2"], "needs groups placed on machines"),
+    (["--shards", "2", "--machines", "4", "--net-latency", "intra=0.01"], "latency between machines > 0"),
+    (["--shards", "5", "--machines", "4", "--net-latency", "cross=0.05"], "must not exceed the machines (4)"),
+    (["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--serial"], "serial mode"),
+    (
+        ["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--max-concurrent-llm", "3"],
+        "max_concurrent",
+    ),
+    (["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--runtime", "asyncio"], "--runtime asyncio"),
+    (["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--faults", "drop=0.1"], "faults"),
+    (["--shards", "0"], "shards"),
+    (["--shard-backend", "ray"], "go with --shards"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), CLI_BAD)
+def test_cli_refuses_in_one_line(argv: list[str], message: str, capsys) -> None:
+    try:
+        code = main(["run", "-n", "40", "-g", "5", *argv])
+    except SystemExit as exc:  # refused while parsing the options
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
