@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -102,6 +103,20 @@ def test_bad_addresses_are_one_line_and_exit_2(tmp_path: Path) -> None:
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], out.stderr
         assert not (tmp_path / "results.csv").exists()
+
+
+# ---------------------------------------------------------------------- the sharded simulation
+
+
+def test_the_sharded_simulation_on_the_cluster_equals_the_in_process_one(cluster: LocalRayCluster) -> None:
+    argv = ["run", "-n", "120", "-g", "10", "-r", "2", "--machines", "4", "--net-latency", "intra=0.01,cross=0.05",
+            "--net-jitter", "0.002", "--shards", "2", "--json"]  # fmt: skip
+    on_ray = megaactors(*argv, "--address", cluster.address)
+    here = megaactors(*argv)
+    assert on_ray.returncode == 0 and here.returncode == 0, on_ray.stderr + here.stderr
+    ray_summary, local_summary = json.loads(on_ray.stdout), json.loads(here.stdout)
+    ray_summary.pop("wall_s"), local_summary.pop("wall_s")
+    assert ray_summary == local_summary and ray_summary["messages"] > 0
 
 
 def test_a_node_lost_mid_sweep_costs_only_its_runs_in_flight(cluster: LocalRayCluster, tmp_path: Path) -> None:

@@ -4,12 +4,14 @@ as the unsharded simulation with the same network settings, and what it refuses.
 from __future__ import annotations
 
 import json
+import pickle
 
 import networkx as nx
 import pytest
 
 from megaactors import ChatRound, Organisation
 from megaactors.cli import main
+from megaactors.core.behaviour import UNCHANGED
 from megaactors.core.llm import LatencyModel, SimulatedLLM
 from megaactors.errors import ParameterError
 from megaactors.network import FaultSpec, NetworkModel
@@ -150,3 +152,8 @@ def test_cli_refuses_in_one_line(argv: list[str], message: str, capsys) -> None:
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_the_unchanged_marker_survives_pickling() -> None:
+    """Shards on Ray receive behaviours by pickle; the marker is compared by identity."""
+    assert pickle.loads(pickle.dumps(UNCHANGED)) is UNCHANGED

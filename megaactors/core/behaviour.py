@@ -47,6 +47,9 @@ class _Unchanged:
     def __repr__(self) -> str:
         return "UNCHANGED"
 
+    def __reduce__(self) -> str:
+        return "UNCHANGED"  # unpickled as the one marker (it is compared by identity)
+
 
 UNCHANGED: Any = _Unchanged()
 """Marker for :attr:`Effects.state`: keep the agent's state as it is."""
