@@ -57,6 +57,24 @@ class MachineLedger(Ledger):
             values[3] = _total(parts.get(stage, 0.0) for parts in self.stage_cost_parts)
         self.peak_llm_in_flight = sum(self.peak_parts)
 
+    def figures(self) -> dict[str, Any]:
+        """Every per-machine figure, as plain data (a checkpoint stores it)."""
+        return {
+            "cost": list(self.cost_parts),
+            "llm_time": list(self.llm_time_parts),
+            "stage_cost": [dict(d) for d in self.stage_cost_parts],
+            "in_flight": list(self.in_flight_parts),
+            "peak": list(self.peak_parts),
+        }
+
+    def load_figures(self, figures: dict[str, Any]) -> None:
+        """Set what :meth:`figures` returned."""
+        self.cost_parts = list(figures["cost"])
+        self.llm_time_parts = list(figures["llm_time"])
+        self.stage_cost_parts = [dict(d) for d in figures["stage_cost"]]
+        self.in_flight_parts = list(figures["in_flight"])
+        self.peak_parts = list(figures["peak"])
+
     def machine_part(self, machine: int) -> dict[str, Any]:
         """What ``machine`` added to the per-machine figures (for :meth:`add_machine_part`)."""
         return {

@@ -465,9 +465,8 @@ class SimRuntime(ProviderCalls, SimQueues, SimPlacement):
             queues = [live[i] for i in sorted(live)], [state.mail.head(i) for i in range(len(agents))]
         if agents is not core.agents:
             core.agents[:] = agents
-        self._restore_placement(state)
+        self._restore_placement(state)  # the ledger and the message ids
         core.trace = state.trace
-        core.postman.next_message_id = state.next_message_id
         core.recruited, core.recruiters = state.recruited, state.recruiters
         core.in_flight, core.tool_invocations = state.in_flight, state.tool_invocations
         if state.limits is not None:

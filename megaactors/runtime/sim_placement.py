@@ -88,7 +88,7 @@ class SimPlacement:
         return None if link is None or ids is None else (ids, list(link.keys))
 
     def _restore_placement(self, state: SimState) -> None:
-        """Take the ledger and the machines' counters of ``state``."""
+        """Take the ledger and the message ids (the machines' counters) of ``state``."""
         if state.ledger is not self.core.ledger:
             self._use_ledger(state.ledger)
             if isinstance(state.ledger, MachineLedger):
@@ -97,3 +97,5 @@ class SimPlacement:
         if link is not None and state.machines is not None:
             ids, link.keys[:] = state.machines
             self.postman.number_by_machine(link, ids)
+        else:
+            self.postman.next_message_id = state.next_message_id

@@ -12,6 +12,7 @@ class runs in the coordinator's process or as a Ray actor.
 
 from __future__ import annotations
 
+import resource
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +128,10 @@ class SimShard:
             if t is not None and t < soonest:
                 soonest = t
         return WindowReport(outgoing, soonest)
+
+    def peak_rss_kb(self) -> int:
+        """Peak resident memory of the process this shard runs in (KiB)."""
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
     def parts(self) -> list[MachinePart]:
         """Each machine's share of the result, in machine order."""

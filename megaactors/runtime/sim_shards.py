@@ -129,6 +129,8 @@ class ShardedSimulation:
         self.llm = llm if llm is not None else SimulatedLLM(seed=options.seed)
         self.windows = 0
         """Windows run so far."""
+        self.shard_peak_rss_kb: list[int] = []
+        """Peak resident memory of each shard's process once the run is over (KiB)."""
 
     def _shard_args(self) -> list[tuple[Any, ...]]:
         shard_of = [m % self.shards for m in range(self.machines)]
@@ -161,6 +163,7 @@ class ShardedSimulation:
                 reports = call("advance", [(until, incoming[s]) for s in range(self.shards)])
                 self.windows += 1
             parts: list[MachinePart] = [p for ps in call("parts", [() for _ in range(self.shards)]) for p in ps]
+            self.shard_peak_rss_kb = call("peak_rss_kb", [() for _ in range(self.shards)])
         return merge_parts(self.org, self.machines, parts, time.perf_counter() - wall0)
 
     @contextmanager
