@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pickle
 
+import msgpack
 import networkx as nx
 import pytest
 
@@ -157,3 +158,26 @@ def test_cli_refuses_in_one_line(argv: list[str], message: str, capsys) -> None:
 def test_the_unchanged_marker_survives_pickling() -> None:
     """Shards on Ray receive behaviours by pickle; the marker is compared by identity."""
     assert pickle.loads(pickle.dumps(UNCHANGED)) is UNCHANGED
+
+
+def _wire(x):
+    return msgpack.unpackb(msgpack.packb(x), strict_map_key=False)
+
+
+def test_a_sharded_run_resumes_from_its_checkpoints() -> None:
+    network = NetworkModel({"intra": 0.01, "admin": 0.02}, 0.05, 0.004, machine_count=4)
+
+    def sharded() -> ShardedSimulation:
+        return ShardedSimulation(Organisation.two_tier(60, 8, boss=True), ChatRound(rounds=2), seed=3, network=network,
+                                 shards=2)  # fmt: skip
+
+    expected = outcome(sharded().run())
+    checkpoints: list[dict] = []
+    assert outcome(sharded().run(checkpoint_every=7, on_checkpoint=lambda c: checkpoints.append(_wire(c)))) == expected
+    assert len(checkpoints) >= 3
+    for checkpoint in (checkpoints[0], checkpoints[len(checkpoints) // 2], checkpoints[-1]):
+        resumed = sharded()
+        assert outcome(resumed.run(resume_from=checkpoint)) == expected
+    with pytest.raises(ParameterError, match="of 2 shard"):
+        ShardedSimulation(Organisation.two_tier(60, 8, boss=True), ChatRound(rounds=2), seed=3, network=network,
+                          shards=4).run(resume_from=checkpoints[0])  # fmt: skip

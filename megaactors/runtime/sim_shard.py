@@ -72,9 +72,15 @@ class SimShard:
         options: RuntimeOptions,
         machines: list[int],
         shard_of_machine: list[int],
+        durable: bool = False,
     ) -> None:
         self.org, self.behaviour = org, behaviour
-        self.sims = {m: SimRuntime(org, behaviour, llm, options, machine=m) for m in machines}
+        runtime: type[SimRuntime] = SimRuntime
+        if durable:  # each machine's state can be described (checkpoints)
+            from megaactors.durable.state import DurableSim
+
+            runtime = DurableSim
+        self.sims = {m: runtime(org, behaviour, llm, options, machine=m) for m in machines}
         self.n_agents = org.n
         self.shard_of_machine = shard_of_machine
         link = self._link(next(iter(self.sims.values())))
@@ -96,11 +102,16 @@ class SimShard:
             sim.start()
         return self._report()
 
-    def advance(self, until: float, incoming: list[list[Outgoing]]) -> WindowReport:
-        """Take the copies other shards sent, then run every event due before ``until``."""
+    def accept(self, incoming: list[list[Outgoing]]) -> WindowReport:
+        """Take the copies other shards sent (each becomes an event of its machine)."""
         for copies in incoming:
             for copy in copies:
                 self._delivery(self.sims[int(self.machine_of[copy[3]])]).arrive_from((copy,))
+        return self._report()
+
+    def advance(self, until: float, incoming: list[list[Outgoing]]) -> WindowReport:
+        """Take the copies other shards sent, then run every event due before ``until``."""
+        self.accept(incoming)
         for sim in self.sims.values():
             sim.advance(until)
         self._check_unshared()
@@ -129,6 +140,16 @@ class SimShard:
                 soonest = t
         return WindowReport(outgoing, soonest)
 
+    def full(self) -> dict[int, dict[str, Any]]:
+        """Each machine's state, described in full (a shard built with ``durable``)."""
+        return {m: sim.full() for m, sim in self.sims.items()}  # type: ignore[attr-defined]
+
+    def restore(self, described: dict[int, dict[str, Any]]) -> WindowReport:
+        """Continue from what :meth:`full` described (this shard not yet started)."""
+        for m, sim in self.sims.items():
+            sim.restore_chain([described[m]])  # type: ignore[attr-defined]
+        return self._report()
+
     def peak_rss_kb(self) -> int:
         """Peak resident memory of the process this shard runs in (KiB)."""
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -140,7 +161,9 @@ class SimShard:
             result = sim.result()
             ledger = sim.ledger
             agents = np.flatnonzero(self.machine_of == m)
-            columns = {c: np.frombuffer(col, dtype=np.int64)[agents] for c, col in ledger.per_agent.items()}
+            columns: dict[str, np.ndarray] = {
+                c: np.frombuffer(col, dtype=np.int64)[agents] for c, col in ledger.per_agent.items()
+            }
             columns["cost"] = np.frombuffer(ledger.cost_per_agent, dtype=np.float64)[agents]
             delivery = self._delivery(sim)
             owned = [sim.agents[i] for i in agents.tolist()]

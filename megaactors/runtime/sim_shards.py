@@ -132,51 +132,85 @@ class ShardedSimulation:
         self.shard_peak_rss_kb: list[int] = []
         """Peak resident memory of each shard's process once the run is over (KiB)."""
 
-    def _shard_args(self) -> list[tuple[Any, ...]]:
+    def _shard_args(self, durable: bool) -> list[tuple[Any, ...]]:
         shard_of = [m % self.shards for m in range(self.machines)]
+        mine = [[m for m in range(self.machines) if shard_of[m] == s] for s in range(self.shards)]
         return [
-            (
-                self.org,
-                self.behaviour,
-                self.llm,
-                self.options,
-                [m for m in range(self.machines) if shard_of[m] == s],
-                shard_of,
-            )
-            for s in range(self.shards)
+            (self.org, self.behaviour, self.llm, self.options, mine[s], shard_of, durable) for s in range(self.shards)
         ]
 
-    def run(self) -> RunResult:
-        """Run every window until nothing is left; return the merged result."""
+    def run(
+        self,
+        checkpoint_every: int | None = None,
+        on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
+        resume_from: dict[str, Any] | None = None,
+    ) -> RunResult:
+        """Run every window until nothing is left; return the merged result.
+
+        With ``checkpoint_every`` N, every N windows ``on_checkpoint`` gets the whole
+        state as plain data (each machine's :meth:`DurableSim.full()
+        <megaactors.durable.state.DurableSim.full>` once the copies between shards
+        are delivered); ``resume_from`` continues from such a checkpoint, taken with
+        the same organisation, behaviour, options and number of shards."""
+        if checkpoint_every is not None and (checkpoint_every < 1 or on_checkpoint is None):
+            raise ParameterError("checkpoint_every must be >= 1 and comes with on_checkpoint")
+        durable = checkpoint_every is not None or resume_from is not None
         wall0 = time.perf_counter()
-        with self._shard_calls() as call:
-            reports: list[WindowReport] = call("start", [() for _ in range(self.shards)])
+        every = [() for _ in range(self.shards)]
+        with self._shard_calls(durable) as call:
+            if resume_from is None:
+                reports: list[WindowReport] = call("start", every)
+            else:
+                reports = call("restore", [(self._check_checkpoint(resume_from, s),) for s in range(self.shards)])
+                self.windows = resume_from["windows"]
             while True:
                 soonest = min(r.next_time for r in reports)
                 if soonest == float("inf"):
                     break
+                incoming = _by_recipient_shard(reports, self.shards)
+                if checkpoint_every is not None and self.windows and self.windows % checkpoint_every == 0:
+                    reports = call("accept", [(incoming[s],) for s in range(self.shards)])
+                    incoming = [[] for _ in range(self.shards)]
+                    described = {m: d for ds in call("full", every) for m, d in ds.items()}
+                    checkpoint = {"windows": self.windows, "shards": self.shards, "machines": described}
+                    on_checkpoint(checkpoint)  # type: ignore[misc]
+                    soonest = min(r.next_time for r in reports)
                 until = soonest + self.options.network.lookahead_s  # type: ignore[union-attr]
-                incoming: list[list[list[Outgoing]]] = [[] for _ in range(self.shards)]
-                for r in reports:
-                    for shard, copies in r.outgoing.items():
-                        incoming[shard].append(copies)
                 reports = call("advance", [(until, incoming[s]) for s in range(self.shards)])
                 self.windows += 1
-            parts: list[MachinePart] = [p for ps in call("parts", [() for _ in range(self.shards)]) for p in ps]
-            self.shard_peak_rss_kb = call("peak_rss_kb", [() for _ in range(self.shards)])
+            parts: list[MachinePart] = [p for ps in call("parts", every) for p in ps]
+            self.shard_peak_rss_kb = call("peak_rss_kb", every)
         return merge_parts(self.org, self.machines, parts, time.perf_counter() - wall0)
 
+    def _check_checkpoint(self, checkpoint: dict[str, Any], shard: int) -> dict[int, dict[str, Any]]:
+        """The machines of ``shard`` in ``checkpoint``, refused if it does not fit."""
+        if checkpoint.get("shards") != self.shards:
+            raise ParameterError(f"the checkpoint is of {checkpoint.get('shards')} shard(s), not {self.shards}")
+        described = {int(m): d for m, d in checkpoint["machines"].items()}
+        if sorted(described) != list(range(self.machines)):
+            raise ParameterError(f"the checkpoint describes machines {sorted(described)}, not 0 to {self.machines - 1}")
+        return {m: d for m, d in described.items() if m % self.shards == shard}
+
     @contextmanager
-    def _shard_calls(self) -> Iterator[Callable[[str, list[tuple[Any, ...]]], list[Any]]]:
+    def _shard_calls(self, durable: bool) -> Iterator[Callable[[str, list[tuple[Any, ...]]], list[Any]]]:
         """A function calling one method on every shard with its arguments."""
         if self.backend == "inprocess":
-            local = [SimShard(*args) for args in self._shard_args()]
+            local = [SimShard(*args) for args in self._shard_args(durable)]
             yield lambda method, args: [getattr(s, method)(*a) for s, a in zip(local, args, strict=True)]
             return
         from megaactors.runtime.sim_shards_ray import ray_shards
 
-        with ray_shards(self._shard_args(), self.address) as call:
+        with ray_shards(self._shard_args(durable), self.address) as call:
             yield call
+
+
+def _by_recipient_shard(reports: list[WindowReport], shards: int) -> list[list[list[Outgoing]]]:
+    """The copies every shard sent, gathered by the shard they are for."""
+    incoming: list[list[list[Outgoing]]] = [[] for _ in range(shards)]
+    for r in reports:
+        for shard, copies in r.outgoing.items():
+            incoming[shard].append(copies)
+    return incoming
 
 
 def merge_parts(org: Organisation, machines: int, parts: list[MachinePart], wall_s: float) -> RunResult:
