@@ -166,7 +166,7 @@ class SimRuntime(ProviderCalls, SimQueues, SimPlacement):
         if self.observer is not None:
             self.observer.events.append(aid)
         if aid >= 0:
-            self._complete(self.agents[aid])
+            self._completion()(self.agents[aid])
         else:
             self._net.fire(-aid)  # type: ignore[union-attr]
         self._drain()
@@ -177,7 +177,7 @@ class SimRuntime(ProviderCalls, SimQueues, SimPlacement):
         """Run every event due before virtual time ``until`` (with the cascades they
         cause, and events they schedule before ``until``); return how many ran."""
         # step(), inlined: this is the main loop of a run
-        events, agents, complete, ready, wake = self._events, self.agents, self._complete, self._ready, self._wake
+        events, agents, complete, ready, wake = self._events, self.agents, self._completion(), self._ready, self._wake
         log = self.observer.events if self.observer is not None else None
         ran = 0
         while True:
@@ -306,8 +306,6 @@ class SimRuntime(ProviderCalls, SimQueues, SimPlacement):
             return
         core = self.core
         core.in_flight -= 1
-        if self._machine_ledger is not None:
-            self._machine_ledger.call_done(a.id)
         new_tokens, reply, _ = pending
         slots = self._llm_slots
         if slots is not None:

@@ -8,6 +8,7 @@ one sharded by machine (:mod:`megaactors.runtime.sim_shards`); a runtime given a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from megaactors.core.agent import Agent
@@ -38,6 +39,20 @@ class SimPlacement:
     _machine_ledger: MachineLedger | None
 
     def _bind(self) -> None: ...
+
+    def _complete(self, a: Agent) -> None: ...
+
+    def _completion(self) -> Callable[[Agent], None]:
+        """What runs when an agent's LLM or tool call finishes: with groups on two or
+        more machines, the ledger first notes a returned LLM call on its machine."""
+        if self._machine_ledger is None:
+            return self._complete
+        return self._complete_on_machine
+
+    def _complete_on_machine(self, a: Agent) -> None:
+        if type(a.pending) is tuple:  # an LLM call in flight (LLMInFlight)
+            self._machine_ledger.call_done(a.id)  # type: ignore[union-attr]
+        self._complete(a)
 
     @property
     def network_delivery(self) -> NetworkDelivery | None:
