@@ -129,6 +129,8 @@ class ShardedSimulation:
         self.llm = llm if llm is not None else SimulatedLLM(seed=options.seed)
         self.windows = 0
         """Windows run so far."""
+        self.startup_s = 0.0
+        """Time the last run took to set its shards up (for Ray: connect, start actors)."""
         self.shard_peak_rss_kb: list[int] = []
         """Peak resident memory of each shard's process once the run is over (KiB)."""
 
@@ -158,6 +160,7 @@ class ShardedSimulation:
         wall0 = time.perf_counter()
         every = [() for _ in range(self.shards)]
         with self._shard_calls(durable) as call:
+            self.startup_s = time.perf_counter() - wall0
             if resume_from is None:
                 reports: list[WindowReport] = call("start", every)
             else:

@@ -32,6 +32,7 @@ def ray_shards(shard_args: list[tuple[Any, ...]], address: str | None) -> Iterat
         shared = [ray.put(x) for x in shard_args[0][:4]]  # organisation, behaviour, LLM, options: sent once
         actors = [actor.remote(*shared, *args[4:]) for args in shard_args]
         try:
+            ray.get([a.peak_rss_kb.remote() for a in actors])  # every actor is up
 
             def call(method: str, args: list[tuple[Any, ...]]) -> list[Any]:
                 return ray.get([getattr(a, method).remote(*x) for a, x in zip(actors, args, strict=True)])
