@@ -142,6 +142,8 @@ CLI_BAD = [
     (["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--faults", "drop=0.1"], "faults"),
     (["--shards", "0"], "shards"),
     (["--shard-backend", "ray"], "go with --shards"),
+    (["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--address", "127.0.0.1:1"], "Ray"),
+    (["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--address", "nowhere"], "HOST:PORT"),
 ]
 
 
