@@ -11,6 +11,10 @@ makes a second call. Measured, each in a fresh process tree:
 * ``runtime``: the asyncio runtime sharded over ``--shards`` processes (default:
   one per core) on uvloop, with timers coalesced into ``--tick`` second ticks; wall
   time from building the organisation to the merged result;
+* ``runtime-ray`` (with ``--ray``): the same run with the shards as Ray actors on a
+  local Ray instance of ``--shards`` CPUs, started first and not timed
+  (``ray_start_s`` says how long it took); the process tree measured includes
+  Ray's own processes (GCS, raylet, agents, idle workers);
 * ``calls-only``: the same agents making the same two calls without the chat round
   (what AgentScope's million-agent run does: one dummy call per agent);
 * ``baseline``: bare asyncio, the same number of processes each running its share
@@ -26,7 +30,7 @@ proportional set sizes (shared pages divided among their sharers), sampled every
 second (reading it costs the kernel a walk of every page table). Targets: under
 40 s wall and 6 GB.
 
-    python benchmarks/asyncio_million.py [--agents 1000000] [--shards 2] [--json]
+    python benchmarks/asyncio_million.py [--agents 1000000] [--shards 2] [--ray] [--json]
 """
 
 from __future__ import annotations
@@ -89,7 +93,16 @@ class ChatOnce:
 # ---------------------------------------------------------------------- workers (one process tree each)
 
 
-def work_runtime(args: argparse.Namespace, chat: bool) -> dict[str, Any]:
+def work_on_ray(args: argparse.Namespace) -> dict[str, Any]:
+    from megaactors.runtime.ray_cluster import ray_session
+
+    t0 = time.perf_counter()
+    with ray_session(num_cpus=args.shards):
+        started = time.perf_counter() - t0
+        return {**work_runtime(args, chat=True, transport="ray"), "ray_start_s": round(started, 2)}
+
+
+def work_runtime(args: argparse.Namespace, chat: bool, transport: str = "sockets") -> dict[str, Any]:
     t0 = time.perf_counter()
     org = Organisation.two_tier(args.agents, args.group_size)
     runtime = AsyncioRuntime(
@@ -101,6 +114,7 @@ def work_runtime(args: argparse.Namespace, chat: bool) -> dict[str, Any]:
         event_loop=args.event_loop,
         timer_tick_s=args.tick,
         shards=args.shards,
+        transport=transport,
     )
     result = runtime.run()
     wall = time.perf_counter() - t0
@@ -246,12 +260,14 @@ def main() -> None:
     parser.add_argument(
         "--skip", default="", help="comma-separated parts to skip: runtime,calls-only,baseline,baseline-coalesced"
     )
+    parser.add_argument("--ray", action="store_true", help="also measure the run with the shards as Ray actors")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         work = {
             "runtime": lambda: work_runtime(args, chat=True),
+            "runtime-ray": lambda: work_on_ray(args),
             "calls-only": lambda: work_runtime(args, chat=False),
             "baseline": lambda: work_baseline(args, tick=0.0),
             "baseline-coalesced": lambda: work_baseline(args, tick=args.tick),
@@ -266,14 +282,19 @@ def main() -> None:
         "latency_s": args.latency_s,
         "tick_s": args.tick,
     }
-    for what in ("baseline", "baseline-coalesced", "calls-only", "runtime"):
+    parts = ("baseline", "baseline-coalesced", "calls-only", "runtime", *(("runtime-ray",) if args.ray else ()))
+    for what in parts:
         if what not in skip:
             report[what] = measure(what, args)
             if not args.json:
                 print(f"{what:>10}: {report[what]}", flush=True)
     base = report.get("baseline", {}).get("wall_s")
     coalesced = report.get("baseline-coalesced", {}).get("wall_s")
-    for what in ("calls-only", "runtime"):
+    if "runtime" in report and "runtime-ray" in report:
+        ray, sockets = report["runtime-ray"], report["runtime"]
+        ray["wall_to_sockets"] = round(ray["wall_s"] / sockets["wall_s"], 2)
+        ray["rss_to_sockets"] = round(ray["peak_rss_gb"] / sockets["peak_rss_gb"], 2)
+    for what in ("calls-only", "runtime", "runtime-ray"):
         if what in report and base:
             report[what]["ratio_to_baseline"] = round(report[what]["wall_s"] / base, 2)
         if what in report and coalesced:
@@ -296,6 +317,18 @@ def main() -> None:
             f"{args.agents:,} agents, 2 x {args.latency_s:g} s LLM calls each + a two-tier chat round of "
             f"{r['messages']:,} messages: {r['wall_s']:.1f} s wall (target < 40 s), "
             f"peak RSS {r['peak_rss_gb']:.2f} GB / PSS {r['peak_pss_gb']:.2f} GB (target < 6 GB)" + ratios(r)
+        )
+    if "runtime-ray" in report:
+        r = report["runtime-ray"]
+        print(
+            f"the same run with the shards as Ray actors: {r['wall_s']:.1f} s wall "
+            f"(Ray started in {r['ray_start_s']:.1f} s before), peak RSS {r['peak_rss_gb']:.2f} GB / PSS "
+            f"{r['peak_pss_gb']:.2f} GB"
+            + (
+                f"; {r['wall_to_sockets']:.2f}x the wall and {r['rss_to_sockets']:.2f}x the RSS of socket-pair shards"
+                if "wall_to_sockets" in r
+                else ""
+            )
         )
     if "calls-only" in report:
         c = report["calls-only"]

@@ -16,8 +16,13 @@ from typing import Any
 import pytest
 from ray_cluster import LocalRayCluster, namespace_processes, require_namespace
 
+from megaactors import Effects, LLMRequest, Organisation
+from megaactors.behaviours.chat_round import ChatRound
+from megaactors.errors import BehaviourError
 from megaactors.experiments import ray_sweep
 from megaactors.experiments.sweep import execute, run_sweep
+from megaactors.runtime import AsyncioRuntime, SimRuntime
+from megaactors.runtime.ray_cluster import ray_session
 
 require_namespace()
 
@@ -103,6 +108,85 @@ def test_bad_addresses_are_one_line_and_exit_2(tmp_path: Path) -> None:
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and needle in lines[0], out.stderr
         assert not (tmp_path / "results.csv").exists()
+
+
+# ---------------------------------------------------------------------- live runs sharded over Ray actors
+
+
+def _figures(result: Any) -> tuple[Any, ...]:
+    led = result.ledger
+    per_agent = tuple(tuple(led.per_agent[c]) for c in ("sent", "received"))
+    return led.messages, led.bytes, dict(led.messages_by_channel), per_agent, result.states
+
+
+def test_a_live_run_sharded_over_the_cluster_equals_one_process_and_socket_pairs(cluster: LocalRayCluster) -> None:
+    """Two shards of one CPU on two nodes of one CPU: one shard on each."""
+
+    def run(**sharding: Any) -> Any:
+        org = Organisation.two_tier(150, 12)
+        return AsyncioRuntime(org, ChatRound(2), seed=5, time_scale=0.002, **sharding).run()
+
+    on_ray = run(shards=2, transport="ray", address=cluster.address)
+    assert _figures(on_ray) == _figures(run()) == _figures(run(shards=2))
+    assert _figures(on_ray) == _figures(SimRuntime(Organisation.two_tier(150, 12), ChatRound(2), seed=5).run())
+    assert len(on_ray.trace) > 3 * 150  # merged from both shards
+    out = megaactors("run", "--runtime", "asyncio", "--topology", "two-tier", "--agents", "150", "--group-size", "12",
+                     "--rounds", "2", "--seed", "5", "--time-scale", "0.002", "--shards", "2", "--address",
+                     cluster.address, "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert (summary["messages"], summary["bytes"]) == (on_ray.ledger.messages, on_ray.ledger.bytes)
+
+
+class _FailsOnSecondReply(ChatRound):
+    """Agent 100 (on the second shard) raises on its second LLM reply."""
+
+    def on_reply(self, ctx: Any, state: Any, reply: Any) -> Any:
+        if ctx.agent == 100 and reply.call_index == 1:
+            raise ValueError("no answer")
+        return super().on_reply(ctx, state, reply)
+
+
+class _NotesItsNode:
+    """Each agent makes one LLM call and keeps the Ray node it ran on as its state."""
+
+    name = "notes-its-node"
+
+    def init(self, agent: int, org: Organisation) -> str:
+        return ""
+
+    def on_start(self, ctx: Any, state: str) -> Effects:
+        return Effects(llm=LLMRequest(new_tokens=1))
+
+    def on_reply(self, ctx: Any, state: str, reply: Any) -> Effects:
+        import ray
+
+        return Effects(state=ray.get_runtime_context().get_node_id())
+
+    def on_batch(self, ctx: Any, state: str, batch: Any) -> Effects:
+        return Effects()
+
+
+def test_shards_spread_over_the_nodes_and_an_exception_in_one_stops_all(cluster: LocalRayCluster) -> None:
+    import ray
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # this module is not on the nodes
+    org = Organisation.two_tier(150, 12)
+    with ray_session(cluster.address):  # a run with no address uses the Ray this process is connected to
+        placed = AsyncioRuntime(org, _NotesItsNode(), time_scale=0.002, shards=2, transport="ray").run()
+        nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert set(placed.states) == nodes and len(nodes) == 2  # one shard on each node
+        runtime = AsyncioRuntime(org, _FailsOnSecondReply(3), seed=5, time_scale=0.02, shards=2, transport="ray")
+        with pytest.raises(BehaviourError, match=r"agent 100: .* failed on LLM reply 1: ValueError\('no answer'\)"):
+            runtime.run()
+        deadline = time.monotonic() + 30
+        while _actors() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _actors() == []  # every shard's actor is gone, and the id allocator
+
+
+def _actors() -> list[int]:
+    return namespace_processes("ray::ShardActor") + namespace_processes("ray::IdAllocator")
 
 
 # ---------------------------------------------------------------------- the sharded simulation

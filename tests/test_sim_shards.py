@@ -138,7 +138,11 @@ CLI_BAD = [
         ["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--max-concurrent-llm", "3"],
         "max_concurrent",
     ),
-    (["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--runtime", "asyncio"], "--runtime asyncio"),
+    (["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--runtime", "pykka"], "--runtime pykka"),
+    (
+        ["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--shard-backend", "processes"],
+        "not for --runtime sim",
+    ),
     (["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--faults", "drop=0.1"], "faults"),
     (["--shards", "0"], "shards"),
     (["--shard-backend", "ray"], "go with --shards"),

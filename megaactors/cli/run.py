@@ -11,10 +11,9 @@ from typing import Any
 from megaactors.cli.common import CommandError, add_param, add_run_options, spec_from_args
 from megaactors.cli.durable_common import add_durable_options, check_budget, run_checkpointed
 from megaactors.cli.endpoint import add_endpoint_options, endpoint_client
+from megaactors.cli.shards import add_shard_options, run_sharded, sharding
 from megaactors.experiments.collector import CollectorError, DataCollector, check_output_path
 from megaactors.experiments.spec import RunSpec
-from megaactors.runtime.ray_cluster import ADDRESS
-from megaactors.runtime.sim_shards import SHARD_BACKEND, SHARDS
 from megaactors.validation import Param
 
 __all__ = ["COLLECT", "COLLECT_EVERY", "TIME_SCALE", "TRACE_AGENTS", "TRACE_OUT", "format_summary", "register"]
@@ -73,16 +72,14 @@ def register(sub: Any) -> None:
     add_param(p, TRACE_AGENTS, default=200)
     add_durable_options(p, with_store=True)
     add_endpoint_options(p)
-    add_param(p, SHARDS)
-    add_param(p, SHARD_BACKEND)
-    add_param(p, ADDRESS)
+    add_shard_options(p)
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     check_budget(args, [spec])
-    if args.shards is not None or args.shard_backend is not None or args.address is not None:
+    if sharding(args):
         summary = with_status(run_sharded(args, spec))
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
@@ -112,26 +109,6 @@ def handle(args: argparse.Namespace) -> int:
     summary = with_status(spec.execute(**options).summary())
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     return 0
-
-
-def run_sharded(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
-    """``--shards K``: the simulation cut into shards by machine, in this process or
-    on Ray (``--shard-backend``, ``--address``)."""
-    if args.shards is None:
-        raise CommandError("--shard-backend and --address go with --shards K")
-    if spec.runtime != "sim":
-        raise CommandError(f"--shards cuts the simulation by machine; got --runtime {spec.runtime}")
-    if args.trace_out is not None or args.collect is not None or args.db or args.run_id or args.endpoint:
-        raise CommandError("--shards does not combine with --trace-out, --collect, --checkpoint or --endpoint")
-    backend = args.shard_backend or ("ray" if args.address is not None else "inprocess")
-    if backend == "inprocess" and args.address is not None:
-        raise CommandError("--address runs shards on Ray: it does not combine with --shard-backend inprocess")
-    from megaactors.runtime.sim_shards import ShardedSimulation
-
-    runtime = spec.build(runtime_class=ShardedSimulation, shards=args.shards, backend=backend, address=args.address)
-    result = runtime.run()
-    result.params = spec.result_params()
-    return result.summary()
 
 
 def with_status(summary: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,9 @@ tick of that length is woken by one shared timer, at the end of the tick (waits
 are rounded up by less than one tick). It pays off with hundreds of thousands of
 concurrent waits. ``shards=k`` runs the agents in ``k`` processes, one event loop
 each (see :mod:`megaactors.runtime.aio_shards`), each with a :class:`Router` that
-sends what is not local to the other shards.
+sends what is not local to the other shards: forked processes on this machine, or
+with ``transport="ray"`` Ray actors on the cluster at ``address`` (default: the
+Ray this process is connected to, else a local instance).
 """
 
 from __future__ import annotations
@@ -57,9 +59,12 @@ from megaactors.runtime.mailboxes import Mailboxes
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 
-__all__ = ["EVENT_LOOPS", "AsyncioRuntime", "Router", "new_event_loop"]
+__all__ = ["EVENT_LOOPS", "SHARD_TRANSPORTS", "AsyncioRuntime", "Router", "new_event_loop"]
 
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+SHARD_TRANSPORTS = ("sockets", "ray")
+"""How shards talk: socket pairs between forked processes on this machine
+(:mod:`~megaactors.runtime.shard_sockets`), or Ray actors (:mod:`~megaactors.runtime.ray_shards`)."""
 _STOP = object()  # resolves an Idle agent's wake-up future when the run is over
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
 _append = list.append
@@ -144,6 +149,8 @@ class AsyncioRuntime(LiveRuntime):
         event_loop: str = "auto",
         timer_tick_s: float = 0.0,
         shards: int = 1,
+        transport: str = "sockets",
+        address: str | None = None,
         **option_fields: Any,
     ) -> None:
         super().__init__(org, behaviour, llm, options, **option_fields)
@@ -159,6 +166,16 @@ class AsyncioRuntime(LiveRuntime):
             raise ParameterError("faults need a single-process asyncio run (no shards)")
         if shards > 1 and self.core.provider is not None:
             check_shared_limits(org, self.core.provider, shards)
+        if transport not in SHARD_TRANSPORTS:
+            known = ", ".join(SHARD_TRANSPORTS)
+            raise ParameterError(f"unknown shard transport {transport!r}; expected one of {known}")
+        if address is not None and transport != "ray":
+            raise ParameterError("a Ray address needs the ray shard transport (transport='ray')")
+        self.transport = transport
+        """How shards talk (:data:`SHARD_TRANSPORTS`)."""
+        self.address = address
+        """With the ray transport: the cluster's ``HOST:PORT`` (None: the Ray this
+        process is connected to, else a local instance)."""
         self.event_loop = event_loop
         self.timer_tick_s = float(timer_tick_s)
         self.shards = shards
@@ -176,6 +193,18 @@ class AsyncioRuntime(LiveRuntime):
         self._active = 0
         self._done: asyncio.Future[None] | None = None
         self._timers: _Timers | None = None
+
+    def shard_recipe(self) -> dict[str, Any]:
+        """The arguments that build this runtime again (one process's part of a run
+        sharded over Ray actors builds it there)."""
+        return {
+            "org": self.org,
+            "behaviour": self.behaviour,
+            "llm": self.llm,
+            "options": self.options,
+            "event_loop": self.event_loop,
+            "timer_tick_s": self.timer_tick_s,
+        }
 
     # ------------------------------------------------------------------ driving
 

@@ -2,80 +2,108 @@
 
 ``AsyncioRuntime(..., shards=k).run()`` cuts the agents into ``k`` contiguous id
 ranges (at group boundaries where it can, so that a group's chat stays inside one
-process) and runs each range as the asyncio runtime in a forked process of its
-own. A message for an agent of another shard travels with its packet over a
-socket pair between the two processes, in one frame per event-loop turn; a
-broadcast to a channel (a group, the admins) travels once per shard and goes into
-that shard's copy of the channel's log. Message ids stay consecutive from 0 over
-the whole run (a counter in shared memory hands them out), so counts and bytes are
+process) and runs each range as the asyncio runtime in a process of its own
+(forked, or a Ray actor's). A message for an agent of another shard travels with
+its packet to that shard, batched: one batch per destination shard per event-loop
+turn; a broadcast to a channel (a group, the admins) travels once per shard and
+goes into that shard's copy of the channel's log. How batches travel, and where
+message ids come from, is the transport's (:class:`ShardLinks`): socket pairs
+between forked processes on one machine (:mod:`megaactors.runtime.shard_sockets`)
+or Ray actors on a cluster (:mod:`megaactors.runtime.ray_shards`). Either way the
+run's ids encode to the sizes of ids consecutive from 0, so counts and bytes are
 those of an unsharded run.
 
-The parent process only coordinates. A shard that has no agent busy reports how
-many packets it has sent to and received from each other shard; when every shard
-is quiet and every packet sent has been received, the parent asks each shard
-whether it has stayed quiet since (a second wave, so that no report is stale) and
-then stops them all. Each shard sends back its part of the ledger, its agents'
-states and its trace, which the parent merges, and ends at once rather than
-tearing down its idle tasks one by one (a shard also runs with the cyclic garbage
-collector off: it lives for one run). ``peak_llm_in_flight`` is then the sum of
-the shards' peaks (an upper bound of the true peak).
+The parent process only coordinates (:mod:`megaactors.runtime.shard_coordinator`).
+A shard that has no agent busy reports how many packets it has sent to and
+received from each other shard; when every shard is quiet and every packet sent
+has been received, the parent asks each shard whether it has stayed quiet since (a
+second wave, so that no report is stale) and then stops them all. Each shard sends
+back its part of the ledger, its agents' states and its trace, which the parent
+merges, and ends at once rather than tearing down its idle tasks one by one (a
+shard also runs with the cyclic garbage collector off: it lives for one run).
+``peak_llm_in_flight`` is then the sum of the shards' peaks (an upper bound of the
+true peak).
 
-Sharding needs the ``fork`` start method (Linux, macOS) and refuses what would
-need state shared by every process: serial mode, ``max_concurrent_llm``,
-recruiting, named tool locks, faults, and rate limits shared by the run (or by a
-group cut between two shards: :func:`check_shared_limits`). An exception in any
-shard stops every shard and is raised by ``run()``.
+Sharding refuses what would need state shared by every process: serial mode,
+``max_concurrent_llm``, recruiting, named tool locks, faults, and rate limits
+shared by the run (or by a group cut between two shards:
+:func:`check_shared_limits`). An exception in any shard stops every shard and is
+raised by ``run()``.
 
-This module is what runs in a shard process: a :class:`ShardRouter` (the asyncio
+This module is what runs in a shard: a :class:`ShardRouter` (the asyncio
 runtime's :class:`~megaactors.runtime.aio.Router`) that forwards what is for other
-shards and reports quiescence, and the framing of what shards and the coordinator
-(:mod:`megaactors.runtime.shard_coordinator`) say to each other.
+shards and reports quiescence over its :class:`ShardLinks`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import gc
-import os
 import pickle
-import socket
-import struct
-import sys
-import time
 from collections.abc import Sequence
 from itertools import groupby
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from megaactors.core.agent import Agent
-from megaactors.core.behaviour import Effects
 from megaactors.core.messages import ADMIN, Packet
 from megaactors.errors import ParameterError
 from megaactors.runtime.mailboxes import Without
 
 if TYPE_CHECKING:
+    from megaactors.core.behaviour import Effects
     from megaactors.core.organisation import Organisation
     from megaactors.providers.limits import ProviderModel
     from megaactors.runtime.aio import AsyncioRuntime
 
 __all__ = [
-    "HEADER",
+    "Batch",
     "ShardError",
+    "ShardLinks",
     "ShardRouter",
     "check_shared_limits",
-    "frame",
     "picklable",
-    "read_frame",
     "shard_bounds",
-    "shard_main",
 ]
 
-HEADER = struct.Struct("!Q")
-"""Length prefix of every frame."""
+Batch = list[tuple[Any, ...]]
+"""What one shard sends another in one go: packets' fields, one tuple a packet."""
 
 
 class ShardError(RuntimeError):
-    """A shard process failed in a way that did not come from an agent."""
+    """A shard failed in a way that did not come from an agent."""
+
+
+class ShardLinks(Protocol):
+    """How one shard reaches the other shards and the coordinator (a transport's
+    shard side). The coordinator's messages are ``("probe", epoch)``, ``("stop",)``
+    and ``("abort",)``; a shard's are ``("quiet", index, epoch, sent, received,
+    elapsed_s)``, ``("ack", index, still_quiet)``, ``("result", index, result)`` and
+    ``("error", index, exception)``."""
+
+    def reserve(self, count: int) -> int:
+        """The first of ``count`` consecutive message ids no other shard gets."""
+        ...
+
+    def send(self, shard: int, batch: Batch) -> None:
+        """Send ``batch`` to shard ``shard`` (without waiting)."""
+        ...
+
+    def report(self, message: tuple[Any, ...]) -> None:
+        """Send ``message`` to the coordinator (without waiting)."""
+        ...
+
+    async def open(self, router: ShardRouter) -> None:
+        """Start handing what arrives to ``router`` (:meth:`ShardRouter.take`,
+        :meth:`ShardRouter.control`), on the running loop."""
+        ...
+
+    async def close(self) -> None:
+        """Stop receiving; send what is queued."""
+        ...
+
+    async def end(self) -> None:
+        """The result is reported: end this shard at once (it never returns)."""
+        ...
 
 
 def shard_bounds(org: Organisation, shards: int) -> list[int]:
@@ -119,17 +147,6 @@ def check_shared_limits(org: Organisation, provider: ProviderModel, shards: int)
             )
 
 
-def frame(obj: Any) -> bytes:
-    """``obj`` pickled behind its length."""
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    return HEADER.pack(len(data)) + data
-
-
-async def read_frame(reader: asyncio.StreamReader) -> Any:
-    (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
-    return pickle.loads(await reader.readexactly(size))
-
-
 def picklable(exc: BaseException) -> BaseException:
     """``exc``, or a :class:`ShardError` saying what it was if it does not pickle."""
     try:
@@ -143,66 +160,41 @@ class ShardRouter:
     """The part of a sharded run that one process executes: the router of its
     asyncio runtime, which runs agents ``bounds[index]`` to ``bounds[index + 1] - 1``."""
 
-    def __init__(
-        self,
-        rt: AsyncioRuntime,
-        index: int,
-        bounds: list[int],
-        counter: Any,
-        id_lock: Any,
-        links: dict[int, socket.socket],
-        control: socket.socket,
-    ) -> None:
+    def __init__(self, rt: AsyncioRuntime, index: int, bounds: list[int], links: ShardLinks) -> None:
         self.rt = rt
         self.index = index
         self.local = range(bounds[index], bounds[index + 1])
         self.lo, self.hi = self.local.start, self.local.stop
-        self.ranges = {j: (bounds[j], bounds[j + 1]) for j in links}
+        others = [j for j in range(len(bounds) - 1) if j != index]
+        self.ranges = {j: (bounds[j], bounds[j + 1]) for j in others}
         self.bounds = bounds
-        self.counter = counter
-        self.id_lock = id_lock
         self.links = links
-        self.control_sock = control
         self.sent = [0] * (len(bounds) - 1)
         self.received = [0] * (len(bounds) - 1)
-        self.outgoing: dict[int, list[tuple[Any, ...]]] = {j: [] for j in links}
+        self.outgoing: dict[int, Batch] = {j: [] for j in others}
         self.flushing = False
         self.quiet = False
         self.epoch = 0
-        self.writers: dict[int, asyncio.StreamWriter] = {}
-        self.control: asyncio.StreamWriter | None = None
         rt.router = self
 
     async def serve(self, starts: list[Effects | None]) -> None:
-        rt, loop = self.rt, asyncio.get_running_loop()
-        streams = {}
-        for j, sock in self.links.items():
-            streams[j], self.writers[j] = await asyncio.open_connection(sock=sock)
-        control, self.control = await asyncio.open_connection(sock=self.control_sock)
-        # No await from here until the run is set up: what another shard has sent
-        # already (it waits in the streams) is read only once the agents' tasks exist.
-        readers = [loop.create_task(self._receive(j, reader)) for j, reader in streams.items()]
-        readers.append(loop.create_task(self._listen(control)))
+        """Run this shard's agents until the coordinator stops them (the links then
+        end the shard) or one fails (reported, then this returns)."""
+        rt = self.rt
+        # No await between opening the links and starting the agents: what another
+        # shard has sent already is taken only once the agents' tasks exist.
+        await self.links.open(self)
         try:
             await rt.serve(rt.agents[self.lo : self.hi], starts[self.lo : self.hi], self._report)
-        except BaseException as exc:  # a clean end never gets here: _report ends the process
-            self.control.write(frame(("error", self.index, picklable(exc))))
+        except BaseException as exc:  # a clean end never gets here: _report ends the shard
+            self.links.report(("error", self.index, picklable(exc)))
         finally:
-            for task in readers:
-                task.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
-            await self.control.drain()
-            self.control.close()
-            for writer in self.writers.values():
-                writer.close()
+            await self.links.close()
 
     # ---------------------------------------------------------------- the router
 
     def reserve(self, count: int) -> int:
-        with self.id_lock:
-            first = self.counter.value
-            self.counter.value = first + count
-        return first
+        return self.links.reserve(count)
 
     def admit(self, agent: Agent, what: str) -> None:
         if what == "recruit":
@@ -261,34 +253,30 @@ class ShardRouter:
         self.flushing = False
         for j, items in self.outgoing.items():
             if items:
-                self.writers[j].write(frame(items))
+                self.links.send(j, items)
                 self.sent[j] += len(items)
                 self.outgoing[j] = []
 
-    async def _receive(self, j: int, reader: asyncio.StreamReader) -> None:
+    def take(self, j: int, items: Batch) -> None:
+        """A batch from shard ``j`` arrived: deliver its packets (on the loop)."""
         rt = self.rt
         receive, admins = rt.receive, rt.org.admins
-        while True:
-            items = await read_frame(reader)
-            for sender, channel, kind, payload, parent, sent_at, first_id, recipients, overhead, to_logs in items:
-                if type(recipients) is tuple:  # bounds in the admin list
-                    recipients = admins[recipients[0] : recipients[1]]
-                packet = Packet(sender, channel, kind, payload, parent, sent_at, first_id, recipients, overhead)
-                receive(packet, None if to_logs else recipients)
-            self.received[j] += len(items)
-            if self.quiet:  # the wake-up pass makes this shard busy again
-                self.quiet = False
-                self.epoch += 1
-            rt.wake_soon()
+        for sender, channel, kind, payload, parent, sent_at, first_id, recipients, overhead, to_logs in items:
+            if type(recipients) is tuple:  # bounds in the admin list
+                recipients = admins[recipients[0] : recipients[1]]
+            packet = Packet(sender, channel, kind, payload, parent, sent_at, first_id, recipients, overhead)
+            receive(packet, None if to_logs else recipients)
+        self.received[j] += len(items)
+        if self.quiet:  # the wake-up pass makes this shard busy again
+            self.quiet = False
+            self.epoch += 1
+        rt.wake_soon()
 
     async def _report(self) -> None:
-        """The run is over: send this shard's result and end the process at once
-        (its idle tasks and data are not worth tearing down one by one)."""
-        self.control.write(frame(("result", self.index, self._result())))  # type: ignore[union-attr]
-        await self.control.drain()  # type: ignore[union-attr]
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        """The run is over: send this shard's result and end the shard at once (its
+        idle tasks and data are not worth tearing down one by one)."""
+        self.links.report(("result", self.index, self._result()))
+        await self.links.end()
 
     # ---------------------------------------------------------------- coordination
 
@@ -296,23 +284,20 @@ class ShardRouter:
         """No local agent is busy: tell the coordinator (after sending what is queued)."""
         self._flush()
         self.quiet = True
-        self.control.write(  # type: ignore[union-attr]
-            frame(("quiet", self.index, self.epoch, list(self.sent), list(self.received), time.monotonic()))
-        )
+        elapsed = self.rt.now() * self.rt.time_scale  # wall seconds since this shard released its agents
+        self.links.report(("quiet", self.index, self.epoch, list(self.sent), list(self.received), elapsed))
 
-    async def _listen(self, reader: asyncio.StreamReader) -> None:
-        rt = self.rt
-        while True:
-            message = await read_frame(reader)
-            if message[0] == "probe":
-                still = self.quiet and self.epoch == message[1]
-                self.control.write(frame(("ack", self.index, still)))  # type: ignore[union-attr]
-            elif message[0] == "stop":
-                rt.finish()
-                return
-            else:  # abort: another shard failed
-                rt.fail(ShardError("stopped because another shard failed"))
-                return
+    def control(self, message: tuple[Any, ...]) -> bool:
+        """A message from the coordinator (on the loop); True when it ends the run."""
+        if message[0] == "probe":
+            still = self.quiet and self.epoch == message[1]
+            self.links.report(("ack", self.index, still))
+            return False
+        if message[0] == "stop":
+            self.rt.finish()
+        else:  # abort: another shard failed
+            self.rt.fail(ShardError("stopped because another shard failed"))
+        return True
 
     def _result(self) -> dict[str, Any]:
         rt, lo, hi = self.rt, self.lo, self.hi
@@ -323,33 +308,3 @@ class ShardRouter:
             "interrupts": rt.core.interrupts,
             "trace": None if trace is None else trace.as_dict(),
         }
-
-
-def shard_main(
-    rt: AsyncioRuntime,
-    index: int,
-    bounds: list[int],
-    starts: list[Effects | None],
-    counter: Any,
-    id_lock: Any,
-    links: dict[tuple[int, int], socket.socket],
-    controls: list[tuple[socket.socket, socket.socket]],
-) -> None:
-    """What a shard process runs."""
-    from megaactors.runtime.aio import new_event_loop
-
-    mine = {j: s for (i, j), s in links.items() if i == index}
-    for (i, _), s in links.items():
-        if i != index:
-            s.close()
-    for k, (parent_end, child_end) in enumerate(controls):
-        parent_end.close()
-        if k != index:
-            child_end.close()
-    shard = ShardRouter(rt, index, bounds, counter, id_lock, mine, controls[index][1])
-    # A shard lives for one run: what it allocates forms no cycle worth collecting
-    # (an error ends the run) and dies with the process, so the collector, which
-    # would keep walking hundreds of thousands of live tasks, stays off.
-    gc.disable()
-    with asyncio.Runner(loop_factory=lambda: new_event_loop(rt.event_loop)) as runner:
-        runner.run(shard.serve(starts))

@@ -1,58 +1,76 @@
-"""The parent process of a sharded asyncio run: it starts the shards, detects the end
-of the run and merges what they report (see :mod:`megaactors.runtime.aio_shards`)."""
+"""The parent of a sharded asyncio run: it starts the shards over a transport,
+detects the end of the run and merges what they report (see
+:mod:`megaactors.runtime.aio_shards`).
+
+The coordination is the same whatever carries it: a :class:`ShardTransport` starts
+the shards and carries the coordinator's messages to them and theirs back, either
+socket pairs between forked processes (:class:`~megaactors.runtime.shard_sockets.SocketTransport`)
+or Ray actors (:class:`~megaactors.runtime.ray_shards.RayTransport`).
+"""
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import pickle
-import socket
 import time
-from multiprocessing.connection import wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from megaactors.errors import ParameterError
-from megaactors.runtime.aio_shards import HEADER, ShardError, frame, shard_bounds, shard_main
+from megaactors.runtime.aio_shards import ShardError, shard_bounds
 from megaactors.runtime.gc_tuning import quiet_gc
 
 if TYPE_CHECKING:
     from megaactors.runtime.aio import AsyncioRuntime
     from megaactors.runtime.result import RunResult
 
-__all__ = ["run_sharded"]
+__all__ = ["ShardTransport", "run_sharded"]
 
 
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(min(left, 1 << 20))
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+class ShardTransport(Protocol):
+    """How the coordinator starts shards and talks to them (a transport's parent
+    side; the messages are those of :class:`~megaactors.runtime.aio_shards.ShardLinks`)."""
+
+    def start(self, rt: AsyncioRuntime, bounds: list[int]) -> None:
+        """Start shard ``k`` on agents ``bounds[k]`` to ``bounds[k + 1] - 1`` of ``rt``
+        (``rt``'s agents are released: :meth:`~megaactors.runtime.live.LiveRuntime.mark_start`)."""
+        ...
+
+    def send(self, shard: int, message: tuple[Any, ...]) -> None:
+        """Send ``message`` to shard ``shard`` (nothing if it is gone)."""
+        ...
+
+    def wait(self, pending: set[int]) -> list[tuple[Any, ...]]:
+        """The next messages of the shards in ``pending`` (at least one; blocks);
+        ``("lost", shard, why)`` for a shard that ended without reporting."""
+        ...
+
+    def close(self) -> None:
+        """End every shard, whatever it is doing."""
+        ...
 
 
 class _Coordinator:
     """Detects the end of a sharded run and collects the shards' results."""
 
-    def __init__(self, controls: list[socket.socket], processes: list[Any]) -> None:
-        self.controls = controls
-        self.processes = processes
-        self.quiet: list[tuple[int, list[int], list[int], float] | None] = [None] * len(controls)
+    def __init__(self, transport: ShardTransport, count: int) -> None:
+        self.transport = transport
+        self.count = count
+        self.quiet: list[tuple[int, list[int], list[int], float] | None] = [None] * count
         self.acks: dict[int, bool] | None = None
         self.results: dict[int, dict[str, Any]] = {}
         self.error: BaseException | None = None
-        self.end = 0.0
+        self.end_s = 0.0
+        """Wall seconds from the agents' release to the last shard's going quiet."""
 
-    def _send(self, k: int, message: Any) -> None:
-        with contextlib.suppress(OSError):  # that shard may be gone already
-            self.controls[k].sendall(frame(message))
+    def run(self) -> None:
+        pending = set(range(self.count))
+        while pending:
+            for message in self.transport.wait(pending):
+                if message[1] in pending:
+                    self._handle(message, pending)
 
     def _balanced(self) -> bool:
         if any(q is None for q in self.quiet):
             return False
-        s = len(self.quiet)
+        s = self.count
         return all(
             self.quiet[i][1][j] == self.quiet[j][2][i]  # type: ignore[index]
             for i in range(s)
@@ -63,71 +81,36 @@ class _Coordinator:
     def _abort(self, error: BaseException) -> None:
         if self.error is None:
             self.error = error
-            for k in range(len(self.controls)):
+            for k in range(self.count):
                 if k not in self.results:
-                    self._send(k, ("abort",))
+                    self.transport.send(k, ("abort",))
 
-    def run(self) -> None:
-        by_fd = {sock.fileno(): k for k, sock in enumerate(self.controls)}
-        by_sentinel = {p.sentinel: k for k, p in enumerate(self.processes)}
-        pending = set(range(len(self.controls)))
-        while pending:
-            for ready in wait([*(self.controls[k] for k in pending), *(self.processes[k].sentinel for k in pending)]):
-                if isinstance(ready, int) and ready in by_sentinel:
-                    k = by_sentinel[ready]
-                    if k in pending and not self._drain(k, pending):
-                        pending.discard(k)
-                        code = self.processes[k].exitcode
-                        self._abort(ShardError(f"shard {k} exited with code {code} before reporting"))
-                    continue
-                k = by_fd[ready.fileno()]  # type: ignore[union-attr]
-                if k in pending:
-                    self._read(k, pending)
-
-    def _drain(self, k: int, pending: set[int]) -> bool:
-        """A shard process ended: read what it left in its socket; True if it reported."""
-        sock = self.controls[k]
-        sock.setblocking(False)
-        try:
-            while k in pending:
-                self._read(k, pending)
-        except (BlockingIOError, EOFError, OSError):
-            pass
-        return k not in pending
-
-    def _read(self, k: int, pending: set[int]) -> None:
-        sock = self.controls[k]
-        try:
-            (size,) = HEADER.unpack(_recv_exactly(sock, HEADER.size))
-            sock.setblocking(True)
-            message = pickle.loads(_recv_exactly(sock, size))
-        except EOFError:
-            pending.discard(k)
-            if k not in self.results and self.error is None:
-                self._abort(ShardError(f"shard {k} closed its connection before reporting"))
-            return
-        kind = message[0]
+    def _handle(self, message: tuple[Any, ...], pending: set[int]) -> None:
+        kind, k = message[0], message[1]
         if kind == "quiet":
-            _, _, epoch, sent, received, when = message
-            self.quiet[k] = (epoch, sent, received, when)
+            _, _, epoch, sent, received, elapsed = message
+            self.quiet[k] = (epoch, sent, received, elapsed)
             self._maybe_probe()
         elif kind == "ack":
             if self.acks is not None:
                 self.acks[k] = message[2]
                 if not message[2]:
                     self.quiet[k] = None
-                if len(self.acks) == len(self.controls):
+                if len(self.acks) == self.count:
                     confirmed = all(self.acks.values())
                     self.acks = None
                     if confirmed:
-                        self.end = max(q[3] for q in self.quiet)  # type: ignore[index]
-                        for j in range(len(self.controls)):
-                            self._send(j, ("stop",))
+                        self.end_s = max(q[3] for q in self.quiet)  # type: ignore[index]
+                        for j in range(self.count):
+                            self.transport.send(j, ("stop",))
                     else:
                         self._maybe_probe()
         elif kind == "result":
             self.results[k] = message[2]
             pending.discard(k)
+        elif kind == "lost":
+            pending.discard(k)
+            self._abort(ShardError(message[2]))
         else:  # error
             pending.discard(k)
             self._abort(message[2])
@@ -136,58 +119,41 @@ class _Coordinator:
         if self.acks is None and self.error is None and self._balanced():
             self.acks = {}
             for k, q in enumerate(self.quiet):
-                self._send(k, ("probe", q[0]))  # type: ignore[index]
+                self.transport.send(k, ("probe", q[0]))  # type: ignore[index]
 
 
 def run_sharded(rt: AsyncioRuntime) -> RunResult:
-    """Run ``rt`` over ``rt.shards`` processes; merge and return the result."""
-    try:
-        mp = multiprocessing.get_context("fork")
-    except ValueError as exc:
-        raise ParameterError("shards: a sharded run needs the fork start method (Linux or macOS)") from exc
+    """Run ``rt`` over ``rt.shards`` shards on its transport (``rt.transport``);
+    merge and return the result."""
     n, count = rt.org.n, rt.shards
     if count > n:
         raise ParameterError(f"shards: {count} shards for {n} agents; use at most one shard per agent")
+    if rt.transport == "ray":
+        from megaactors.runtime.ray_shards import RayTransport, ray_for_shards
+
+        with ray_for_shards(rt.address, count) as ray:
+            return _run(rt, RayTransport(ray))
+    from megaactors.runtime.shard_sockets import SocketTransport
+
+    return _run(rt, SocketTransport())
+
+
+def _run(rt: AsyncioRuntime, transport: ShardTransport) -> RunResult:
+    count = rt.shards
     wall0 = time.perf_counter()
     with quiet_gc():
-        starts = rt.start_effects()
         bounds = shard_bounds(rt.org, count)
-        counter, id_lock = mp.RawValue("q", 0), mp.Lock()
-        links: dict[tuple[int, int], socket.socket] = {}
-        for i in range(count):
-            for j in range(i + 1, count):
-                links[i, j], links[j, i] = socket.socketpair()
-        controls = [socket.socketpair() for _ in range(count)]
         rt.mark_start()
-        processes = [
-            mp.Process(
-                target=shard_main,
-                args=(rt, k, bounds, starts, counter, id_lock, links, controls),
-                name=f"megaactors-shard-{k}",
-                daemon=True,
-            )
-            for k in range(count)
-        ]
-        for p in processes:
-            p.start()
-        for s in links.values():
-            s.close()
-        for _, child_end in controls:
-            child_end.close()
-        coordinator = _Coordinator([parent_end for parent_end, _ in controls], processes)
+        released = time.monotonic() - rt.now() * rt.time_scale
+        coordinator = _Coordinator(transport, count)
         try:
+            transport.start(rt, bounds)
             coordinator.run()
         finally:
-            for p in processes:
-                p.join(timeout=60)
-                if p.is_alive():
-                    p.kill()
-                    p.join()
-            for parent_end, _ in controls:
-                parent_end.close()
+            transport.close()
         if coordinator.error is not None:
             raise coordinator.error
-        rt.mark_end(coordinator.end)
+        rt.mark_end(released + coordinator.end_s)
         _merge(rt, bounds, coordinator.results)
     rt.wall_s = time.perf_counter() - wall0
     return rt.result()

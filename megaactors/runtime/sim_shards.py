@@ -44,29 +44,11 @@ from megaactors.runtime.machine_link import Outgoing
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim_shard import MachinePart, SimShard, WindowReport
-from megaactors.validation import Param
 
-__all__ = ["BACKENDS", "SHARDS", "SHARD_BACKEND", "ShardedSimulation", "check_shardable"]
+__all__ = ["BACKENDS", "ShardedSimulation", "check_shardable"]
 
 BACKENDS = ("inprocess", "ray")
 """Where shards run: in the coordinator's process, or as Ray actors."""
-
-SHARDS = Param(
-    "shards",
-    int,
-    "--runtime sim: cut a run placed on machines (--machines M, --net-latency cross=S > 0) into this many shards "
-    "by machine; the result equals the unsharded run's",
-    minimum=1,
-    maximum=1 << 16,
-)
-SHARD_BACKEND = Param(
-    "shard_backend",
-    str,
-    "with --shards: where shards run: inprocess (one after another here) or ray (one actor each); "
-    "default: ray with --address, else inprocess",
-    choices=lambda: BACKENDS,
-    optional=True,
-)
 
 
 def check_shardable(org: Organisation, options: RuntimeOptions, shards: int) -> int:
