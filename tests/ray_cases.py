@@ -189,6 +189,20 @@ def _actors() -> list[int]:
     return namespace_processes("ray::ShardActor") + namespace_processes("ray::IdAllocator")
 
 
+# ---------------------------------------------------------------------- the sharded simulation
+
+
+def test_the_sharded_simulation_on_the_cluster_equals_the_in_process_one(cluster: LocalRayCluster) -> None:
+    argv = ["run", "-n", "120", "-g", "10", "-r", "2", "--machines", "4", "--net-latency", "intra=0.01,cross=0.05",
+            "--net-jitter", "0.002", "--shards", "2", "--json"]  # fmt: skip
+    on_ray = megaactors(*argv, "--address", cluster.address)
+    here = megaactors(*argv)
+    assert on_ray.returncode == 0 and here.returncode == 0, on_ray.stderr + here.stderr
+    ray_summary, local_summary = json.loads(on_ray.stdout), json.loads(here.stdout)
+    ray_summary.pop("wall_s"), local_summary.pop("wall_s")
+    assert ray_summary == local_summary and ray_summary["messages"] > 0
+
+
 def test_a_node_lost_mid_sweep_costs_only_its_runs_in_flight(cluster: LocalRayCluster, tmp_path: Path) -> None:
     """Last: it kills the cluster's second node."""
     victim = cluster.nodes[-1]

@@ -52,7 +52,7 @@ def test_one_shard_per_group_at_most_and_ray_only_with_shards(capsys: pytest.Cap
         (["--shards", "2", "--address", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
         (["--shards", "2", "--address", "nowhere"], "--address must be HOST:PORT"),
         (["--shards", "2", "--shard-backend", "processes", "--address", "127.0.0.1:1"], "does not combine"),
-        (["--shards", "2", "--runtime", "pykka"], "--shards splits a live run on the asyncio runtime"),
+        (["--shards", "2", "--runtime", "pykka"], "--shards splits a run on --runtime sim or asyncio"),
     ):
         assert main([*RUN, *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()

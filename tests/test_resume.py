@@ -90,6 +90,8 @@ NETS: list[dict[str, Any]] = [
     {"provider": ProviderModel(rpm=40, failure_rate=0.2, timeout_s=1.5, max_retries=2, base_s=0.3, seed=3)},
     {"faults": FaultSpec(drop=0.1, crash=0.1, keep="inbox", retries=1, timeout_s=0.3), "network": NetworkModel(
         {"hierarchy": 0.02}), "provider": ProviderModel(tpm=4000, failure_rate=0.1, max_retries=1, base_s=0.2)},
+    {"network": NetworkModel({"hierarchy": 0.02}, cross_s=0.05, jitter_s=0.01, machine_count=3), "faults": FaultSpec(
+        drop=0.1, duplicate=0.1, crash=0.05, restart_s=0.5, timeout_s=0.3)},
 ]  # fmt: skip
 """Options of a run through a network with faults and under a provider model."""
 
@@ -124,6 +126,9 @@ def _wire(x: Any) -> Any:
 # agents recruited while broadcasts are in the same super-step's delta, and broadcasts without
 @example(n=3, fanout=4, rounds=3, seed=1, serial=False, cap=None, window=0.5, fulls=[False], picks=[3, 7, 11],
          genesis=True, net=0)  # fmt: skip
+# groups on three machines: message ids, keys of copies between machines and dollars per machine
+@example(n=25, fanout=3, rounds=3, seed=2, serial=False, cap=None, window=0.5, fulls=[False, True],
+         picks=[3, 19, 33], genesis=False, net=5)  # fmt: skip
 # every fault, latency and a provider model at once; an LLM slot freed for a call the limits refuse
 @example(n=25, fanout=3, rounds=3, seed=5, serial=False, cap=2, window=0.5, fulls=[False, False, True],
          picks=[5, 17, 40], genesis=True, net=4)  # fmt: skip

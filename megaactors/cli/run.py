@@ -11,7 +11,7 @@ from typing import Any
 from megaactors.cli.common import CommandError, add_param, add_run_options, spec_from_args
 from megaactors.cli.durable_common import add_durable_options, check_budget, run_checkpointed
 from megaactors.cli.endpoint import add_endpoint_options, endpoint_client
-from megaactors.cli.shards import add_shard_options, run_sharded_live, sharding
+from megaactors.cli.shards import add_shard_options, run_sharded, sharding
 from megaactors.experiments.collector import CollectorError, DataCollector, check_output_path
 from megaactors.experiments.spec import RunSpec
 from megaactors.validation import Param
@@ -80,7 +80,7 @@ def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     check_budget(args, [spec])
     if sharding(args):
-        summary = with_status(run_sharded_live(args, spec))
+        summary = with_status(run_sharded(args, spec))
         print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
         return 0
     client = endpoint_client(args, spec)

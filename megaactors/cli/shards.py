@@ -1,6 +1,7 @@
-"""``megaactors run --runtime asyncio --shards K [--shard-backend processes|ray]
-[--address HOST:PORT]``: one live run split over shards, processes on this machine
-or Ray actors."""
+"""``megaactors run --shards K [--shard-backend ...] [--address HOST:PORT]``: one run
+split over shards — a live run (``--runtime asyncio``: processes on this machine or
+Ray actors) or the simulation cut by machine (``--runtime sim``: in this process or
+Ray actors, with the unsharded run's result)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,30 @@ from megaactors.experiments.spec import RunSpec
 from megaactors.runtime.ray_cluster import ADDRESS
 from megaactors.validation import Param
 
-__all__ = ["LIVE_SHARD_BACKENDS", "SHARDS", "SHARD_BACKEND", "add_shard_options", "run_sharded_live", "sharding"]
+__all__ = [
+    "LIVE_SHARD_BACKENDS",
+    "SHARDS",
+    "SHARD_BACKEND",
+    "SIM_SHARD_BACKENDS",
+    "add_shard_options",
+    "run_sharded",
+    "run_sharded_live",
+    "run_sharded_sim",
+    "sharding",
+]
 
 LIVE_SHARD_BACKENDS = ("processes", "ray")
 """Where the shards of a live run go: forked processes of this machine joined by
 socket pairs, or Ray actors."""
+SIM_SHARD_BACKENDS = ("inprocess", "ray")
+"""Where the shards of the simulation go: this process, one after the other, or Ray
+actors (:data:`megaactors.runtime.sim_shards.BACKENDS`)."""
 
 SHARDS = Param(
     "shards",
     int,
-    "--runtime asyncio: split the run over this many event loops, whole groups each (at most one per group)",
+    "split the run over this many shards: --runtime asyncio, event loops of whole groups each (at most one per "
+    "group); --runtime sim, machines of --machines M (needs --net-latency cross=S > 0), same result as unsharded",
     minimum=1,
     maximum=4096,
     optional=True,
@@ -29,9 +44,10 @@ SHARDS = Param(
 SHARD_BACKEND = Param(
     "shard_backend",
     str,
-    "with --shards: where shards run: processes (forked here, joined by socket pairs) or ray (one actor each, "
-    "on a local Ray instance without --address); default: ray with --address, else processes",
-    choices=lambda: LIVE_SHARD_BACKENDS,
+    "with --shards: where shards run: processes (asyncio: forked here, joined by socket pairs), inprocess (sim: "
+    "one after another here) or ray (one actor each, on a local Ray instance without --address); default: ray "
+    "with --address, else processes (asyncio) or inprocess (sim)",
+    choices=lambda: (*LIVE_SHARD_BACKENDS, "inprocess"),
     optional=True,
 )
 
@@ -47,18 +63,43 @@ def sharding(args: argparse.Namespace) -> bool:
     return args.shards is not None or args.shard_backend is not None or args.address is not None
 
 
+def run_sharded(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
+    """``--shards K``: the sharded simulation for ``--runtime sim``, a sharded live run
+    for ``--runtime asyncio``; returns the run's summary."""
+    if args.shards is None:
+        raise CommandError("--shard-backend and --address go with --shards K")
+    if spec.runtime not in ("sim", "asyncio"):
+        raise CommandError(f"--shards splits a run on --runtime sim or asyncio; got --runtime {spec.runtime}")
+    if args.trace_out is not None or args.collect is not None or args.db or args.run_id or args.endpoint:
+        raise CommandError("--shards does not combine with --trace-out, --collect, --checkpoint or --endpoint")
+    return run_sharded_sim(args, spec) if spec.runtime == "sim" else run_sharded_live(args, spec)
+
+
+def _backend(args: argparse.Namespace, here: str, allowed: tuple[str, ...], runtime: str) -> str:
+    """The backend ``args`` ask for among ``allowed`` (default: ray with an address, else ``here``)."""
+    backend = args.shard_backend or ("ray" if args.address is not None else here)
+    if backend not in allowed:
+        raise CommandError(f"--shard-backend {backend} is not for --runtime {runtime}: use {' or '.join(allowed)}")
+    if backend == here and args.address is not None:
+        raise CommandError(f"--address runs shards on Ray: it does not combine with --shard-backend {here}")
+    return backend
+
+
+def run_sharded_sim(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
+    """``--shards K`` on the simulation: cut by machine, in this process or on Ray."""
+    backend = _backend(args, "inprocess", SIM_SHARD_BACKENDS, "sim")
+    from megaactors.runtime.sim_shards import ShardedSimulation
+
+    runtime = spec.build(runtime_class=ShardedSimulation, shards=args.shards, backend=backend, address=args.address)
+    result = runtime.run()
+    result.params = spec.result_params()
+    return result.summary()
+
+
 def run_sharded_live(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
     """``--shards K`` on the asyncio runtime: what cannot work is a :class:`CommandError`
     found before anything starts; returns the run's summary."""
-    if args.shards is None:
-        raise CommandError("--shard-backend and --address go with --shards K")
-    if spec.runtime != "asyncio":
-        raise CommandError(f"--shards splits a live run on the asyncio runtime; got --runtime {spec.runtime}")
-    if args.trace_out is not None or args.collect is not None or args.db or args.run_id or args.endpoint:
-        raise CommandError("--shards does not combine with --trace-out, --collect, --checkpoint or --endpoint")
-    backend = args.shard_backend or ("ray" if args.address is not None else "processes")
-    if backend == "processes" and args.address is not None:
-        raise CommandError("--address runs shards on Ray: it does not combine with --shard-backend processes")
+    backend = _backend(args, "processes", LIVE_SHARD_BACKENDS, "asyncio")
     if backend == "ray" and args.shards < 2:
         raise CommandError("--shard-backend ray and --address place shards on Ray: they need --shards 2 or more")
     org = spec.organisation()

@@ -346,6 +346,7 @@ class DurableSim(SimRuntime):
             "lock_waiting": {name: list(q) for name, q in state.lock_waiting.items()},
             "recruited": dict(state.recruited),
             "ledger": encode_ledger(state.ledger),
+            **({"machines": [list(c) for c in state.machines]} if state.machines is not None else {}),
             **(
                 {"limits": encode_limits(state.limits), "provider": encode_provider_ledger(state.ledger)}
                 if state.limits is not None
@@ -454,6 +455,9 @@ class DurableSim(SimRuntime):
         state.events_run = s["steps"]
         state.in_flight = s["in_flight"]
         state.next_message_id = s["next_id"]
+        if "machines" in s:
+            ids, keys = s["machines"]
+            state.machines = (list(ids), list(keys))
         state.serial_holder = s["holder"]
         state.wall_s = s["wall"]
         state.tool_invocations = s["tool_invocations"]

@@ -18,6 +18,7 @@ import numpy as np
 
 from megaactors.core.behaviour import UNCHANGED, Effects, Interrupt, LLMRequest, Send, ToolCall
 from megaactors.core.ledger import Ledger
+from megaactors.core.machine_ledger import MachineLedger
 from megaactors.core.messages import CHANNELS, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.core.trace import Trace
@@ -213,12 +214,14 @@ def set_cells(column: array[Any] | bytearray, at: bytes, values: bytes) -> None:
 
 
 def encode_ledger(ledger: Ledger) -> dict[str, Any]:
-    """The ledger's totals, per channel and per stage (not its per-agent columns)."""
+    """The ledger's totals, per channel and per stage, and per machine for a run
+    placed on machines (not its per-agent columns)."""
     return {
         **{k: getattr(ledger, k) for k in LEDGER_SCALARS},
         "messages_by_channel": dict(ledger.messages_by_channel),
         "bytes_by_channel": dict(ledger.bytes_by_channel),
         "stages": {k: list(v) for k, v in ledger.stages.items()},
+        **({"machines": ledger.figures()} if isinstance(ledger, MachineLedger) else {}),
     }
 
 
@@ -230,6 +233,8 @@ def load_ledger(ledger: Ledger, values: dict[str, Any]) -> None:
     ledger.messages_by_channel = {**dict.fromkeys(CHANNELS, 0), **values["messages_by_channel"]}
     ledger.bytes_by_channel = {**dict.fromkeys(CHANNELS, 0), **values["bytes_by_channel"]}
     ledger.stages = {k: list(v) for k, v in values["stages"].items()}
+    if isinstance(ledger, MachineLedger) and "machines" in values:
+        ledger.load_figures(values["machines"])
 
 
 def _trace_columns(t: Trace) -> tuple[array[Any], ...]:

@@ -248,17 +248,18 @@ class RunSpec:
         """The faults ``faults`` describes (None: none)."""
         return None if self.faults is None else parse_faults(self.faults)
 
-    def build(self, llm: Any = None, **runtime_options: Any) -> Any:
+    def build(self, llm: Any = None, runtime_class: Any = None, **runtime_options: Any) -> Any:
         """The chosen runtime over this organisation and chat round, not yet started
         (to step it, e.g. with a :class:`~megaactors.experiments.collector.DataCollector`);
-        ``llm`` replaces the simulated LLM (a real endpoint's client); ``runtime_options``
-        go to the runtime."""
+        ``llm`` replaces the simulated LLM (a real endpoint's client), ``runtime_class``
+        the runtime :attr:`runtime` names (built the same way); ``runtime_options`` go
+        to the runtime."""
         from megaactors.runtime import RUNTIMES
 
         org = self.organisation()
         behaviour = self.build_behaviour()
         check_organisation(behaviour, org)
-        return RUNTIMES[self.runtime](
+        return (runtime_class or RUNTIMES[self.runtime])(
             org,
             behaviour,
             llm if llm is not None else self.llm(),

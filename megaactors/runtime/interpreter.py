@@ -148,11 +148,11 @@ class Interpreter:
         recruited = self.recruited
         return AgentContext(a.id, self.org, now, recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
 
-    def start_effects(self, now: float = 0.0) -> list[Effects | None]:
-        """Every agent's ``on_start``, in id order."""
+    def start_effects(self, now: float = 0.0, agents: Iterable[Agent] | None = None) -> list[Effects | None]:
+        """Every agent's ``on_start`` (or those of ``agents``), in id order."""
         on_start, context = self.behaviour.on_start, self.context
         effects: list[Effects | None] = []
-        for a in self.agents:
+        for a in self.agents if agents is None else agents:
             try:
                 effects.append(on_start(context(a, now), a.data))
             except Exception as exc:

@@ -26,6 +26,7 @@ from the fault-free work the ledger counts (re-sent copies are not in
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,6 +34,7 @@ from megaactors.core.agent import Agent
 from megaactors.core.behaviour import ReportsWaiting
 from megaactors.core.messages import Packet, int_size
 from megaactors.network import FaultDecisions, FaultSpec, NetworkModel
+from megaactors.runtime.machine_link import MachineLink, Outgoing
 
 if TYPE_CHECKING:
     from megaactors.core.behaviour import Behaviour
@@ -80,6 +82,10 @@ class NetworkHost(Protocol):
 
     def schedule_network(self, time: float) -> int:
         """Schedule a network event at ``time``; return its key."""
+        ...
+
+    def schedule_keyed(self, time: float, key: int) -> None:
+        """Schedule the network event ``key`` (a copy between machines) at ``time``."""
         ...
 
     def enqueue(self, recipient: int, packet: Packet) -> None:
@@ -137,6 +143,8 @@ class NetworkDelivery:
         self._may["partition"] = bool(faults.partitions)
         self._may["latency"] = not decisions.network.instant
         self.dedup = faults.dedup and self._may["duplicate"]
+        self.link: MachineLink | None = None
+        """Machines and their counters when groups are placed on two or more."""
 
     # ------------------------------------------------------------------ sending
 
@@ -176,8 +184,26 @@ class NetworkDelivery:
         if latency <= 0:
             self.arrive(packet, recipient, attempt)
             return
+        link = self.link
+        if link is not None:
+            sender, to = link.machine(packet.sender), link.machine(recipient)
+            if sender != to:  # keyed by the sending machine (see machine_link)
+                key, time = link.next_key(sender), self.host.now + latency
+                if link.local is not None and to != link.local:
+                    link.outbox.append((time, key, packet, recipient, attempt))
+                    return
+                self.host.schedule_keyed(time, key)
+                self.state.transit[key] = (ARRIVE, packet, recipient, attempt)
+                return
         key = self.host.schedule_network(self.host.now + latency)
         self.state.transit[key] = (ARRIVE, packet, recipient, attempt)
+
+    def arrive_from(self, copies: Iterable[Outgoing]) -> None:
+        """Copies sent by other shards, each due at its time under its key."""
+        schedule, transit = self.host.schedule_keyed, self.state.transit
+        for time, key, packet, recipient, attempt in copies:
+            schedule(time, key)
+            transit[key] = (ARRIVE, packet, recipient, attempt)
 
     def lost(self, kind: str, packet: Packet, recipient: int, attempt: int) -> None:
         """A copy is lost (``kind``): re-sent after the timeout if recovery allows."""
@@ -290,14 +316,18 @@ def report(result: RunResult, behaviour: Behaviour, agents: list[Agent], state: 
 
 
 def network_for(
-    host: NetworkHost, postman: Postman, behaviour: Behaviour, options: RuntimeOptions
+    host: NetworkHost, postman: Postman, behaviour: Behaviour, options: RuntimeOptions, machine: int | None = None
 ) -> NetworkDelivery | None:
     """The network delivery ``options`` ask for, or None when every message is to
-    arrive at once and exactly once."""
+    arrive at once and exactly once; with groups on two or more machines it has a
+    :class:`MachineLink` (``machine``: the one a shard simulates)."""
     network, faults = options.network, options.faults
     if network is not None:
         network.group_machines(postman.org)  # a placement that does not fit is refused even with no latency
     if (network is None or network.instant) and (faults is None or not faults.on_messages):
         return None
     decisions = FaultDecisions(options.seed, postman.org, network or NetworkModel(), faults or FaultSpec())
-    return NetworkDelivery(host, postman, behaviour, decisions)
+    delivery = NetworkDelivery(host, postman, behaviour, decisions)
+    if decisions.group_machine and decisions.machine_count > 1:
+        delivery.link = MachineLink(decisions.machine, postman.org.n, decisions.machine_count, machine)
+    return delivery

@@ -29,6 +29,7 @@ from megaactors.core.messages import (
     int_size_total,
 )
 from megaactors.core.organisation import Organisation, RouteError
+from megaactors.runtime.machine_link import MachineLink
 
 __all__ = ["Postman", "check_routes", "is_broadcast"]
 
@@ -150,6 +151,37 @@ class Postman:
         self._sends, self._batches = self._columns.sends, self._columns.batches
         self._next_id = self._id_size = self._id_bound = 0
         self.next_message_id = next_message_id
+        self._link: MachineLink | None = None
+        self._machine = 0
+        self._machine_ids: list[int] = []
+
+    def number_by_machine(self, link: MachineLink, next_ids: list[int] | None = None) -> None:
+        """Stamp ids from one counter per machine of ``link`` (``next_ids``: where each
+        stands; default: machine ``m`` from ``link.first_id(m)``)."""
+        self._link = link
+        self._machine_ids = list(next_ids) if next_ids is not None else [link.first_id(m) for m in range(link.count)]
+        self._machine = 0
+        self.next_message_id = self._machine_ids[0]
+
+    def machine_message_ids(self) -> list[int] | None:
+        """The next id of each machine (None: one counter for the run)."""
+        if self._link is None:
+            return None
+        ids = list(self._machine_ids)
+        ids[self._machine] = self._next_id
+        return ids
+
+    def _use_machine(self, agent: int) -> None:
+        """Make the counter of ``agent``'s machine the current one."""
+        link = self._link
+        machine = link.machine(agent)  # type: ignore[union-attr]
+        ids, current = self._machine_ids, self._machine
+        if self._next_id > link.first_id(current + 1):  # type: ignore[union-attr]
+            raise OverflowError(f"machine {current} stamped more than {link.first_id(1)} message ids")  # type: ignore[union-attr]
+        if machine != current:
+            ids[current] = self._next_id
+            self._machine = machine
+            self.next_message_id = ids[machine]
 
     @property
     def next_message_id(self) -> int:
@@ -201,6 +233,8 @@ class Postman:
         but for its recipient)."""
         recipients, channel = send.recipients, send.channel
         broadcast = self.broadcast = check_routes(self.org, sender, recipients, channel)
+        if self._link is not None:
+            self._use_machine(sender)
         first = self._next_id
         count = len(recipients)
         mid = first + count
@@ -242,6 +276,8 @@ class Postman:
         if type(recipient) is not int or not 0 <= recipient < self.org.n:
             raise MessageError(f"there is no agent {recipient!r} (the run has {self.org.n})")
         check_human_text(text)
+        if self._link is not None:
+            self._use_machine(recipient)
         packet = Packet(HUMAN_SENDER, HUMAN, HUMAN, text, None, now, self._next_id, (recipient,))
         nbytes = packet.copy_bytes + int_size(recipient)
         self.next_message_id = self._next_id + 1

@@ -35,10 +35,10 @@ from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter, Wait
 from megaactors.runtime.mailboxes import Mailboxes, gather
-from megaactors.runtime.net_delivery import NetworkDelivery, NetworkState, network_for, report
+from megaactors.runtime.net_delivery import NetworkState, network_for, report
 from megaactors.runtime.options import RuntimeOptions
-from megaactors.runtime.postman import Postman
 from megaactors.runtime.result import RunResult
+from megaactors.runtime.sim_placement import SimPlacement
 from megaactors.runtime.sim_queues import SimQueues
 from megaactors.runtime.sim_retry import ProviderCalls
 from megaactors.runtime.sim_state import START, SimObserver, SimState, ToolInFlight
@@ -50,7 +50,7 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an it
 _append = list.append
 
 
-class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
+class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
     """Runs a behaviour over an organisation in virtual time.
 
     ``observer`` watches the run change between snapshots (see
@@ -67,6 +67,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
         options: RuntimeOptions | None = None,
         *,
         observer: SimObserver | None = None,
+        machine: int | None = None,
         **option_fields: Any,
     ) -> None:
         self.options = options = RuntimeOptions.build(options, **option_fields)
@@ -83,8 +84,9 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
         cap = options.max_concurrent_llm
         self._llm_slots: FifoGate[Agent] | None = FifoGate(cap, pool=True) if cap is not None else None
         self._bind()
-        self._net = network_for(self, self.postman, behaviour, options)
+        self._net = network_for(self, self.postman, behaviour, options, machine)
         """The network messages go through (None: each arrives at once, exactly once)."""
+        self._machine_ledger = self._place_on_machines(machine)
         self._open_mail()
         self._awake = bytearray(org.n)
         """1 while an agent is busy or queued to run: a delivery need not wake it."""
@@ -105,11 +107,6 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
         """Events run so far (0 right after the start cascade)."""
         self.wall_s = 0.0
         """Wall time :meth:`run` has taken so far."""
-
-    @property
-    def network_delivery(self) -> NetworkDelivery | None:
-        """The network messages go through (None: each arrives at once, exactly once)."""
-        return self._net
 
     def _bind(self) -> None:
         """Short names for the interpreter's records (the hot path reads them)."""
@@ -146,7 +143,8 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
         if self.started:
             raise RuntimeError("this run has already started")
         self.started = True
-        for a, eff in zip(self.agents, self.core.start_effects(self.now), strict=True):
+        agents = self._own_agents()
+        for a, eff in zip(agents, self.core.start_effects(self.now, agents), strict=True):
             if eff is not None:
                 self._start_effects[a.id] = eff
                 a.pending = START
@@ -173,7 +171,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
         if self.observer is not None:
             self.observer.events.append(aid)
         if aid >= 0:
-            self._complete(self.agents[aid])
+            self._completion()(self.agents[aid])
         else:
             self._net.fire(-aid)  # type: ignore[union-attr]
         self._drain()
@@ -184,7 +182,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
         """Run every event due before virtual time ``until`` (with the cascades they
         cause, and events they schedule before ``until``); return how many ran."""
         # step(), inlined: this is the main loop of a run
-        events, agents, complete, ready, wake = self._events, self.agents, self._complete, self._ready, self._wake
+        events, agents, complete, ready, wake = self._events, self.agents, self._completion(), self._ready, self._wake
         log = self.observer.events if self.observer is not None else None
         ran = 0
         while True:
@@ -213,6 +211,8 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
 
     def result(self) -> RunResult:
         """Ledger, trace and states as they stand."""
+        if self._machine_ledger is not None:
+            self._machine_ledger.settle()
         result = self.core.result(self.name, self.now, self.wall_s, map(self.queued, range(len(self.agents))))
         if self._net is not None:
             self._net.report(result, self.agents)
@@ -447,6 +447,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
             wall_s=self.wall_s,
             limits=core.limits if core.provider is not None else None,
             network=self._net.state if self._net is not None else None,
+            machines=self._machine_counters(),
         )
 
     def restore(self, state: SimState) -> None:
@@ -459,14 +460,8 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues):
             queues = [live[i] for i in sorted(live)], [state.mail.head(i) for i in range(len(agents))]
         if agents is not core.agents:
             core.agents[:] = agents
-        if state.ledger is not core.ledger:
-            core.ledger = state.ledger
-            hook, core.postman = core.postman.on_stamp, Postman(self.org, state.ledger)
-            core.postman.on_stamp = hook
-            if self._net is not None:
-                self._net.postman = core.postman
+        self._restore_placement(state)  # the ledger and the message ids
         core.trace = state.trace
-        core.postman.next_message_id = state.next_message_id
         core.recruited, core.recruiters = state.recruited, state.recruiters
         core.in_flight, core.tool_invocations = state.in_flight, state.tool_invocations
         if state.limits is not None:

@@ -79,6 +79,11 @@ class SimQueues:
         self._events.push((time, self._seq, -self._seq))
         return self._seq
 
+    def schedule_keyed(self, time: float, key: int) -> None:
+        """Schedule the network event ``key`` at ``time`` (a copy between machines,
+        keyed by :class:`~megaactors.runtime.machine_link.MachineLink`)."""
+        self._events.push((time, key, -key))
+
     def enqueue(self, recipient: int, packet: Packet) -> None:
         """A copy of ``packet`` arrives in ``recipient``'s private in-queue."""
         self._inboxes[recipient].append(packet)

@@ -143,6 +143,9 @@ class SimState:
     network: NetworkState | None = None
     """Copies in flight, crashed agents, seen ids and fault counts (a run through a
     network: see :mod:`megaactors.runtime.net_delivery`)."""
+    machines: tuple[list[int], list[int]] | None = None
+    """With groups on two or more machines: each machine's next message id and next
+    key of a copy to another machine (see :mod:`megaactors.runtime.machine_link`)."""
 
 
 class SimObserver(RunObserver, Protocol):
