@@ -5,10 +5,12 @@ on a shared machine), on two source trees side by side.
 For each tree, the workload runs twice under ``valgrind --tool=cachegrind``: with
 ``--agents N`` and with none (imports only); the difference is what the run itself
 costs. ``PYTHONHASHSEED=0`` keeps dictionary order, hence the count, the same from
-run to run. Workloads: ``sim`` (a two-tier chat round of 2 rounds on the
-simulation), ``asyncio`` and ``pykka`` (3 rounds, zero-latency calls, as in
-``live_runtimes.py``), ``durable`` (1 round checkpointed every super-step into SQLite,
-as in ``checkpoint_overhead.py``). Group size G = round((2N)^(1/3)).
+run to run; ``OPENBLAS_NUM_THREADS=1`` keeps numpy's BLAS threads (idle, but polling
+for work while the run lasts) from adding tens of millions of instructions of their
+own. Workloads: ``sim`` (a two-tier chat round of 2 rounds on the simulation),
+``asyncio`` and ``pykka`` (3 rounds, zero-latency calls, as in ``live_runtimes.py``),
+``durable`` (1 round checkpointed every super-step into SQLite, as in
+``checkpoint_overhead.py``). Group size G = round((2N)^(1/3)).
 
     python benchmarks/instruction_counts.py --trees /tmp/old,. --workload sim --agents 2000
 
@@ -56,7 +58,7 @@ def workload(kind: str, n: int) -> int:
 
 def count(tree: Path, kind: str, n: int) -> int:
     """Instructions of this script run on ``tree`` with ``n`` agents (0: imports only)."""
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(tree))
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(tree), OPENBLAS_NUM_THREADS="1")
     out = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable,
          __file__, "--run", kind, str(n)],

@@ -8,13 +8,13 @@ calls, so that only the runtime's own work is timed.
 * pykka: the pykka runtime (ledger, state machine, batches, one LLM call per batch)
   against bare pykka actors that ``tell`` the same messages to the same peers and
   count what they receive. Both are timed over the whole run, starting and stopping
-  the actors included. Target: at most 1.3x the bare wall time. The bare loop runs
+  the actors included. Target: at most 1.15x the bare wall time. The bare loop runs
   under the interpreter settings the runtime gives itself (the collector quieted,
   the thread switch interval at ``SWITCH_INTERVAL``), so that only the runtime's
   own work differs.
 * asyncio: the asyncio runtime against bare tasks with one ``asyncio.Queue`` each,
   ``put_nowait`` to the same peers and ``await get()`` of everything expected, on the
-  same event loop kind. Target: at least 0.7x the bare throughput (messages/s).
+  same event loop kind. Target: at least 0.8x the bare throughput (messages/s).
 
     python benchmarks/live_runtimes.py [--pykka-agents 500] [--asyncio-agents 10000] [--rounds 3] [--repeat 5]
 """
@@ -178,7 +178,7 @@ def main() -> None:
         "runtime_wall_s": round(live[0], 4),
         "bare_wall_s": round(bare[0], 4),
         "wall_ratio": round(live[0] / bare[0], 3),
-        "target": "<= 1.3",
+        "target": "<= 1.15",
     }
 
     n = args.asyncio_agents
@@ -197,7 +197,7 @@ def main() -> None:
         "runtime_msgs_per_s": round(live[1] / live[0]),
         "bare_msgs_per_s": round(bare[1] / bare[0]),
         "throughput_ratio": round(bare[0] / live[0], 3),
-        "target": ">= 0.7",
+        "target": ">= 0.8",
     }
     if args.json:
         print(json.dumps(report))
@@ -207,13 +207,13 @@ def main() -> None:
         f"pykka   N={p['agents']:,} {args.rounds} rounds, {p['messages']:,} messages:"
         f" runtime {p['runtime_wall_s']:.3f} s ({p['runtime_batches']:,} batches),"
         f" bare tell loop {p['bare_wall_s']:.3f} s"
-        f" -> {p['wall_ratio']:.2f}x wall (target <= 1.3x)"
+        f" -> {p['wall_ratio']:.2f}x wall (target <= 1.15x)"
     )
     print(
         f"asyncio N={a['agents']:,} {args.rounds} rounds, {a['messages']:,} messages on {a['event_loop']}: runtime"
         f" {a['runtime_msgs_per_s']:,} msg/s ({a['runtime_batches']:,} batches), bare asyncio.Queue loop"
         f" {a['bare_msgs_per_s']:,} msg/s"
-        f" -> {a['throughput_ratio']:.2f}x throughput (target >= 0.7x)"
+        f" -> {a['throughput_ratio']:.2f}x throughput (target >= 0.8x)"
     )
 
 

@@ -57,3 +57,34 @@ def test_a_part_with_a_human_channel_adds_it() -> None:
     total.add_part(b.part(1, 2), 1, 2)
     assert total.messages_by_channel[HUMAN] == 3 and total.bytes_by_channel[HUMAN] == 42
     assert total.messages_by_channel["intra"] == 4
+
+
+def test_journaled_columns_fold_to_the_sums_added_one_by_one() -> None:
+    """Per-agent counts go through journals folded in bulk (numpy, past a few dozen
+    entries; cell by cell below): the columns read back are the sums added one by one,
+    dollars bit for bit, however the journal was cut."""
+    import random
+
+    from megaactors.core.agent_columns import FOLD_AT, AgentColumns
+    from megaactors.core.llm import LLMReply
+
+    rng = random.Random(5)
+    n = 50
+    ledger = Ledger(n)
+    calls, tin, cost = array("q", bytes(8 * n)), array("q", bytes(8 * n)), array("d", bytes(8 * n))
+    for i in range(FOLD_AT + 777):  # one fold by the writer, the rest when read
+        agent, tokens, dollars = rng.randrange(n), rng.randrange(10, 5000), rng.random() * 1e-3
+        ledger.record_llm(agent, LLMReply(tokens, 60, 1.0, dollars, "chat", i))
+        calls[agent] += 1
+        tin[agent] += tokens
+        cost[agent] += dollars
+        if i == 10:  # a read with a short journal pending folds it cell by cell
+            assert ledger.per_agent["llm_calls"][agent] == calls[agent]
+    assert ledger.per_agent["llm_calls"] == calls and ledger.per_agent["tokens_in"] == tin
+    assert ledger.cost_per_agent.tobytes() == cost.tobytes()
+    assert sum(ledger.per_agent["tokens_out"]) == 60 * (FOLD_AT + 777)
+    columns = AgentColumns(2)
+    columns.sends[0].append(1), columns.sends[1].append(3), columns.sends[2].append(90)
+    columns.grow(4)  # a pending entry is folded before the columns grow
+    assert list(columns.columns["sent"]) == [0, 3, 0, 0] and list(columns.columns["bytes_sent"]) == [0, 90, 0, 0]
+    assert not any(columns.sends)

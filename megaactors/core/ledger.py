@@ -6,12 +6,14 @@ per hierarchy level; peak in-queue depth, virtual makespan and wall time.
 
 from __future__ import annotations
 
-from array import array
 from typing import TYPE_CHECKING, Any
 
+from megaactors.core.agent_columns import AGENT_COLUMNS, FOLD_AT, AgentColumns
 from megaactors.core.messages import CHANNELS
 
 if TYPE_CHECKING:
+    from array import array
+
     from megaactors.core.llm import LLMReply
     from megaactors.core.organisation import Organisation
 
@@ -23,8 +25,6 @@ PROVIDER_COUNTERS = ("rate_limited", "llm_errors", "llm_timeouts", "retries", "l
 """What a provider model adds (see :mod:`megaactors.providers.limits`)."""
 _ADDITIVE += PROVIDER_COUNTERS
 """Totals that add up over the parts of a run."""
-
-AGENT_COLUMNS = ("sent", "received", "bytes_sent", "bytes_received", "llm_calls", "tokens_in", "tokens_out", "batches")
 
 
 class Ledger:
@@ -65,17 +65,22 @@ class Ledger:
         """Calls that failed for good (retries exhausted): the behaviour got a failed reply."""
         self.virtual_time_s = 0.0
         self.wall_s = 0.0
-        self.per_agent: dict[str, array[int]] = {c: array("q", bytes(8 * n_agents)) for c in AGENT_COLUMNS}
-        self.cost_per_agent: array[float] = array("d", bytes(8 * n_agents))
-        self._calls, self._tin, self._tout = (self.per_agent[c] for c in ("llm_calls", "tokens_in", "tokens_out"))
+        self.agent_columns = AgentColumns(n_agents)
+        """The per-agent counts (:attr:`per_agent`, :attr:`cost_per_agent`) and their journals."""
+
+    @property
+    def per_agent(self) -> dict[str, array[int]]:
+        """Column name (:data:`AGENT_COLUMNS`) -> one count per agent."""
+        return self.agent_columns.columns
+
+    @property
+    def cost_per_agent(self) -> array[float]:
+        """Dollars per agent."""
+        return self.agent_columns.cost
 
     def grow(self, n_agents: int) -> None:
         """Make room for agents recruited at run time."""
-        extra = n_agents - len(self.cost_per_agent)
-        if extra > 0:
-            for col in self.per_agent.values():
-                col.extend(array("q", bytes(8 * extra)))
-            self.cost_per_agent.extend(array("d", bytes(8 * extra)))
+        self.agent_columns.grow(n_agents)
 
     def record_llm(self, agent: int, reply: LLMReply) -> None:
         """Account one LLM call."""
@@ -85,10 +90,13 @@ class Ledger:
         self.tokens_out += tout
         self.cost_usd += cost
         self.llm_time_s += reply.latency_s
-        self._calls[agent] += 1
-        self._tin[agent] += tin
-        self._tout[agent] += tout
-        self.cost_per_agent[agent] += cost
+        agents, tins, touts, costs = self.agent_columns.calls  # journaled: see AgentColumns
+        agents.append(agent)
+        tins.append(tin)
+        touts.append(tout)
+        costs.append(cost)
+        if len(agents) >= FOLD_AT:
+            self.agent_columns.fold()
         stage = self._stages.get(reply.stage)
         if stage is None:
             stage = self._stages[reply.stage] = [0, 0, 0, 0.0]

@@ -147,10 +147,8 @@ class Postman:
         self._sizes = b""
         self._group_sizes: dict[int, tuple[int, int]] = {}
         self._admin_sizes = (0, 0)
-        per_agent = ledger.per_agent
-        self._sent, self._bytes_sent = per_agent["sent"], per_agent["bytes_sent"]
-        self._batches, self._received = per_agent["batches"], per_agent["received"]
-        self._bytes_received = per_agent["bytes_received"]
+        self._columns = ledger.agent_columns
+        self._sends, self._batches = self._columns.sends, self._columns.batches
         self._next_id = self._id_size = self._id_bound = 0
         self.next_message_id = next_message_id
         self._link: MachineLink | None = None
@@ -265,8 +263,7 @@ class Postman:
         ledger.bytes += nbytes
         ledger.messages_by_channel[channel] += count
         ledger.bytes_by_channel[channel] += nbytes
-        self._sent[sender] += count
-        self._bytes_sent[sender] += nbytes
+        self._columns.note(self._sends, sender, count, nbytes)
         if self.on_stamp is not None:
             self.on_stamp(packets, self.broadcast)
         return packets
@@ -300,10 +297,9 @@ class Postman:
     def account_batch(self, recipient: int, count: int, copy_bytes: int) -> int:
         """Account a batch of ``count`` messages to ``recipient`` whose packets'
         ``copy_bytes`` sum to ``copy_bytes``; return its size in bytes."""
-        nbytes = copy_bytes + count * int_size(recipient)
-        self._batches[recipient] += 1
-        self._received[recipient] += count
-        self._bytes_received[recipient] += nbytes
+        sizes = self._sizes
+        nbytes = copy_bytes + count * (sizes[recipient] if recipient < len(sizes) else int_size(recipient))
+        self._columns.note(self._batches, recipient, count, nbytes)
         if count > self.ledger.peak_queue_depth:
             self.ledger.peak_queue_depth = count
         return nbytes

@@ -26,14 +26,14 @@ from itertools import repeat
 from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
-from megaactors.core.behaviour import NOTHING, AgentContext, Behaviour, Effects, LLMRequest, ToolCall
+from megaactors.core.behaviour import NOTHING, AgentContext, Behaviour, Effects, LLMRequest
 from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.runtime.events import EventQueue
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
-from megaactors.runtime.interpreter import Interpreter
+from megaactors.runtime.interpreter import Interpreter, Wait
 from megaactors.runtime.mailboxes import Mailboxes, gather
 from megaactors.runtime.net_delivery import NetworkState, network_for, report
 from megaactors.runtime.options import RuntimeOptions
@@ -41,7 +41,8 @@ from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim_placement import SimPlacement
 from megaactors.runtime.sim_queues import SimQueues
 from megaactors.runtime.sim_retry import ProviderCalls
-from megaactors.runtime.sim_state import START, LLMRetry, SimObserver, SimState, ToolInFlight
+from megaactors.runtime.sim_state import START, SimObserver, SimState, ToolInFlight
+from megaactors.runtime.sim_tools import ToolCalls
 
 __all__ = ["SimRuntime"]
 
@@ -49,7 +50,7 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an it
 _append = list.append
 
 
-class SimRuntime(ProviderCalls, SimQueues, SimPlacement):
+class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
     """Runs a behaviour over an organisation in virtual time.
 
     ``observer`` watches the run change between snapshots (see
@@ -80,6 +81,8 @@ class SimRuntime(ProviderCalls, SimQueues, SimPlacement):
         self.observer = observer
         if observer is not None:
             self.core.postman.on_stamp = observer.stamped
+        cap = options.max_concurrent_llm
+        self._llm_slots: FifoGate[Agent] | None = FifoGate(cap, pool=True) if cap is not None else None
         self._bind()
         self._net = network_for(self, self.postman, behaviour, options, machine)
         """The network messages go through (None: each arrives at once, exactly once)."""
@@ -94,8 +97,6 @@ class SimRuntime(ProviderCalls, SimQueues, SimPlacement):
         """Pending events (a calendar of time buckets 1/16 of the median latency wide)."""
         self._seq = 0
         self._ready: deque[int] = deque()
-        cap = options.max_concurrent_llm
-        self._llm_slots: FifoGate[Agent] | None = FifoGate(cap, pool=True) if cap is not None else None
         self._token: FifoGate[Agent] | None = FifoGate() if options.serial else None
         self._locks: dict[str, FifoGate[Agent]] = {}
         self._start_effects: dict[int, Effects] = {}
@@ -113,6 +114,10 @@ class SimRuntime(ProviderCalls, SimQueues, SimPlacement):
         self.agents, self.ledger, self.trace, self.postman = core.agents, core.ledger, core.trace, core.postman
         self._apply_effects, self._issue_llm = core.apply, core.issue_llm
         self._recruited = core.recruited
+        self._draw = core.llm.complete
+        self._plain_llm = self._llm_slots is None and core.provider is None and core.llm_observer is None
+        """Whether a call starts at once (:meth:`_call_llm_now`): no slot, provider model
+        or observer of paid calls is set."""
 
     def _open_mail(self) -> None:
         """In-queues for the agents as they are (empty channel logs)."""
@@ -267,14 +272,20 @@ class SimRuntime(ProviderCalls, SimQueues, SimPlacement):
             eff = self.behaviour.on_batch(ctx, a.data, batch)
         except Exception as exc:
             raise self.core.batch_error(a, batch, exc) from exc
-        self._apply(a, eff, ctx)
+        self._go_on(a, self._apply_effects(a, eff), ctx)  # _apply, inlined
 
     def _apply(self, a: Agent, eff: Effects, ctx: AgentContext | None = None) -> None:
-        wait = self._apply_effects(a, eff)
+        self._go_on(a, self._apply_effects(a, eff), ctx)
+
+    def _go_on(self, a: Agent, wait: Wait, ctx: AgentContext | None = None) -> None:
+        """``a``'s effects are applied: respond, or start what it waits for."""
         if wait is None:
             self._respond(a, ctx)
         elif type(wait) is LLMRequest:
-            self._call_llm(a, wait)
+            if self._plain_llm:
+                self._call_llm_now(a, wait)
+            else:
+                self._call_llm(a, wait)
         else:
             self._call_tool(a, wait)  # type: ignore[arg-type]
 
@@ -294,15 +305,32 @@ class SimRuntime(ProviderCalls, SimQueues, SimPlacement):
         a.pending = (new_tokens, reply, event)
         self._events.push(event)
 
+    def _call_llm_now(self, a: Agent, request: LLMRequest) -> None:
+        """:meth:`_call_llm` when no LLM slot, provider model or observer of paid
+        calls is set: ``Interpreter.issue_llm``, inlined, as this runs once per call."""
+        core, ledger = self.core, self.ledger
+        in_flight = core.in_flight = core.in_flight + 1
+        if in_flight > ledger.peak_llm_in_flight:
+            ledger.peak_llm_in_flight = in_flight
+        new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
+        index, aid = a.calls, a.id
+        reply = self._draw(aid, index, request, sum(a.memory), new_tokens)
+        a.calls = index + 1
+        ledger.record_llm(aid, reply)
+        seq = self._seq = self._seq + 1
+        event = (self.now + reply.latency_s, seq, aid)
+        a.pending = (new_tokens, reply, event)
+        self._events.push(event)
+
     def _complete(self, a: Agent) -> None:
         """An LLM call or a tool call of ``a`` finished now."""
         pending = a.pending
         a.pending = None
-        if type(pending) is ToolInFlight:
-            self._tool_done(a, pending)
-            return
-        if type(pending) is LLMRetry:
-            self._attempt(a, pending)
+        if type(pending) is not tuple:  # an LLMInFlight tuple is the usual case
+            if type(pending) is ToolInFlight:
+                self._tool_done(a, pending)
+            else:
+                self._attempt(a, pending)
             return
         core = self.core
         core.in_flight -= 1
@@ -328,38 +356,7 @@ class SimRuntime(ProviderCalls, SimQueues, SimPlacement):
         if eff is NOTHING:  # the usual end of a function-call loop: straight to Response
             self._respond(a, ctx)
         else:
-            self._apply(a, eff, ctx)
-
-    def _call_tool(self, a: Agent, call: ToolCall) -> None:
-        flight = ToolInFlight(call, self.now)
-        if call.lock is not None:
-            gate = self._locks.get(call.lock)
-            if gate is None:
-                gate = self._locks[call.lock] = FifoGate()
-            if not gate.try_acquire(a):
-                a.pending = flight
-                gate.wait(a)
-                if self.observer is not None:
-                    self.observer.touched(a.id)
-                return
-        self._run_tool(a, flight)
-
-    def _run_tool(self, a: Agent, flight: ToolInFlight) -> None:
-        flight.started = self.now
-        a.pending = flight
-        self._seq += 1
-        self._events.push((self.now + flight.call.duration_s, self._seq, a.id))
-        if self.observer is not None:
-            self.observer.touched(a.id)
-
-    def _tool_done(self, a: Agent, flight: ToolInFlight) -> None:
-        call, core = flight.call, self.core
-        if call.lock is not None:
-            nxt = self._locks[call.lock].release(a)
-            if nxt is not None:
-                self._run_tool(nxt[0], nxt[0].pending)
-        core.account_tool(call, flight.started - flight.requested)
-        self._apply(a, core.tool_effects(a, call, flight.requested, flight.started, core.context(a, self.now)))
+            self._go_on(a, self._apply_effects(a, eff), ctx)  # _apply, inlined
 
     def _respond(self, a: Agent, ctx: AgentContext | None = None) -> None:
         now, trace = self.now, self.trace
