@@ -11,7 +11,6 @@ apart from wall time."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import signal
@@ -34,6 +33,7 @@ from megaactors.durable.checkpointing import Progress
 from megaactors.durable.state import DurableSim, StateError
 from megaactors.network import FaultSpec, NetworkModel
 from megaactors.providers.limits import ProviderModel
+from megaactors.runtime.events import superstep_end
 
 
 class Busy:
@@ -132,6 +132,9 @@ def _wire(x: Any) -> Any:
 # every fault, latency and a provider model at once; an LLM slot freed for a call the limits refuse
 @example(n=25, fanout=3, rounds=3, seed=5, serial=False, cap=2, window=0.5, fulls=[False, False, True],
          picks=[5, 17, 40], genesis=True, net=4)  # fmt: skip
+# an event due exactly where (floor(t / 0.1) + 1) * 0.1 rounds back to t: the window must still move on
+@example(n=17, fanout=2, rounds=2, seed=7, serial=True, cap=2, window=0.1,
+         fulls=[False, True, True, True, True, True, True, True], picks=[699], genesis=True, net=4)  # fmt: skip
 @given(
     n=st.integers(2, 25),
     fanout=st.integers(2, 4),
@@ -167,7 +170,7 @@ def test_restoring_any_step_continues_exactly(
     snapshots = [_wire(rt.genesis() if genesis else rt.full())]
     i = 0
     while not rt.finished:
-        rt.advance((math.floor(rt.next_event_time / window) + 1) * window)
+        rt.advance(superstep_end(rt.next_event_time, window))
         full = fulls[i % len(fulls)]
         i += 1
         snapshots.append(_wire(rt.full() if full else rt.delta()))
@@ -193,12 +196,12 @@ def test_a_fork_may_add_a_network_and_limits_but_not_drop_them() -> None:
     plain = _runtime(DurableSim, *args, 0)
     plain.start()
     for _ in range(4):
-        plain.advance((math.floor(plain.next_event_time / 0.5) + 1) * 0.5)
+        plain.advance(superstep_end(plain.next_event_time, 0.5))
     chain = [_wire(plain.full())]
     rt = _runtime(DurableSim, *args, 4)
     rt.restore_chain(_wire(chain))
     while not rt.finished:
-        rt.advance((math.floor(rt.next_event_time / 0.5) + 1) * 0.5)
+        rt.advance(superstep_end(rt.next_event_time, 0.5))
         chain.append(_wire(rt.delta()))
     expected = _outcome(rt)
     assert rt.result().faults["drop"] and rt.ledger.rate_limited

@@ -60,6 +60,7 @@ from megaactors.durable.store import (
     seal_state,
 )
 from megaactors.experiments.spec import ParameterError, RunSpec
+from megaactors.runtime.events import superstep_end
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.result import RunResult
 
@@ -256,11 +257,6 @@ class _Writer:
                 store.close()
 
 
-def _window_end(t: float, step_s: float) -> float:
-    until = (math.floor(t / step_s) + 1) * step_s
-    return until if until > t else math.nextafter(t, math.inf)
-
-
 def run_durable(
     store: CheckpointStore,
     lease: Lease,
@@ -375,7 +371,7 @@ def _run_durable(
                     writer.close()
                     progress.super_steps = step
                     raise RunInterrupted(step, rt.now, *fired)
-                until = _window_end(rt.next_event_time or 0.0, options.step_s)
+                until = superstep_end(rt.next_event_time or 0.0, options.step_s)
                 if tracer is None:
                     rt.advance(until)
                 else:

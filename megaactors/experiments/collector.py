@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from megaactors.core.agent import AgentState
 from megaactors.core.ledger import Ledger
+from megaactors.runtime.events import superstep_end
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -122,13 +123,6 @@ class Steppable(Protocol):
     def step(self) -> bool: ...
 
     def advance(self, until: float) -> int: ...
-
-
-def superstep_end(t: float, step_s: float) -> float:
-    """The end of the window of ``step_s`` virtual seconds (aligned on multiples of
-    ``step_s``) that holds time ``t``: a super-step runs every event before it."""
-    until = (math.floor(t / step_s) + 1) * step_s
-    return until if until > t else math.nextafter(t, math.inf)
 
 
 class DataCollector:

@@ -15,13 +15,22 @@ attribute read per event instead of a call); everything else goes through method
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import insort
 from collections.abc import Iterable
 
-__all__ = ["Event", "EventQueue"]
+__all__ = ["Event", "EventQueue", "superstep_end"]
 
 Event = tuple[float, int, int]
 """``(time, sequence, agent)``."""
+
+
+def superstep_end(t: float, step_s: float) -> float:
+    """The end of the window of ``step_s`` virtual seconds (aligned on multiples of
+    ``step_s``) that holds time ``t``: a super-step runs every event before it. Always
+    after ``t``, even where ``(floor(t / step_s) + 1) * step_s`` rounds to ``t``."""
+    until = (math.floor(t / step_s) + 1) * step_s
+    return until if until > t else math.nextafter(t, math.inf)
 
 
 class EventQueue:
