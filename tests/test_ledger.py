@@ -14,9 +14,9 @@ def test_parts_added_back_give_the_whole_ledger() -> None:
     cut = 137
     merged = Ledger(org.n)
     for lo, hi in ((0, cut), (cut, org.n)):
-        part = whole.part(lo, hi)
+        part = whole.part(slice(lo, hi))
         assert len(part["per_agent"]["sent"]) == hi - lo
-        merged.add_part(part, lo, hi)
+        merged.add_part(part, slice(lo, hi))
     # each part carried the whole run's totals, so they count twice; columns once
     assert merged.messages == 2 * whole.messages
     assert merged.by_stage["chat"]["llm_calls"] == 2 * whole.llm_calls
@@ -36,8 +36,8 @@ def test_parts_of_disjoint_counts_add_up_exactly() -> None:
     a.per_agent["sent"][0:2] = array("q", [2, 3])
     b.per_agent["sent"][2:4] = array("q", [4, 3])
     total = Ledger(4)
-    total.add_part(a.part(0, 2), 0, 2)
-    total.add_part(b.part(2, 4), 2, 4)
+    total.add_part(a.part(slice(0, 2)), slice(0, 2))
+    total.add_part(b.part(slice(2, 4)), slice(2, 4))
     assert (total.messages, total.bytes, total.cost_usd) == (12, 120, 0.75)
     assert total.messages_by_channel["intra"] == 5 and total.messages_by_channel["admin"] == 7
     assert list(total.per_agent["sent"]) == [2, 3, 4, 3]
@@ -53,8 +53,8 @@ def test_a_part_with_a_human_channel_adds_it() -> None:
     b.messages_by_channel[HUMAN], b.bytes_by_channel[HUMAN] = 1, 12
     b.messages_by_channel["intra"] = 4
     total = Ledger(2)
-    total.add_part(a.part(0, 1), 0, 1)
-    total.add_part(b.part(1, 2), 1, 2)
+    total.add_part(a.part(slice(0, 1)), slice(0, 1))
+    total.add_part(b.part(slice(1, 2)), slice(1, 2))
     assert total.messages_by_channel[HUMAN] == 3 and total.bytes_by_channel[HUMAN] == 42
     assert total.messages_by_channel["intra"] == 4
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from megaactors.core.agent_columns import AGENT_COLUMNS, FOLD_AT, AgentColumns
 from megaactors.core.messages import CHANNELS
 
@@ -105,26 +107,27 @@ class Ledger:
         stage[2] += tout
         stage[3] += cost
 
-    def part(self, lo: int, hi: int) -> dict[str, Any]:
-        """What this ledger holds about agents ``lo`` to ``hi - 1`` (per-agent columns)
-        and everything it counted in total, as plain data: one process's share of
-        a run split over several, for :meth:`add_part`."""
+    def part(self, agents: slice | np.ndarray) -> dict[str, Any]:
+        """What this ledger holds about ``agents`` (a slice of ids or an array of
+        them: their per-agent columns) and everything it counted in total, as plain
+        data: one process's or machine's share of a run split over several, for
+        :meth:`add_part`."""
         return {
             "totals": {k: getattr(self, k) for k in _ADDITIVE},
             "messages_by_channel": dict(self.messages_by_channel),
             "bytes_by_channel": dict(self.bytes_by_channel),
             "stages": {k: list(v) for k, v in self._stages.items()},
-            "per_agent": {c: col[lo:hi] for c, col in self.per_agent.items()},
-            "cost_per_agent": self.cost_per_agent[lo:hi],
+            "per_agent": {c: np.frombuffer(col, dtype=np.int64)[agents].copy() for c, col in self.per_agent.items()},
+            "cost_per_agent": np.frombuffer(self.cost_per_agent, dtype=np.float64)[agents].copy(),
             "peak_queue_depth": self.peak_queue_depth,
             "peak_llm_in_flight": self.peak_llm_in_flight,
         }
 
-    def add_part(self, part: dict[str, Any], lo: int, hi: int) -> None:
-        """Add a :meth:`part` of another ledger: totals add up, per-agent columns of
-        agents ``lo`` to ``hi - 1`` are taken as they are, the queue peak is the
-        larger one, and peaks of calls in flight add up (an upper bound: the parts'
-        peaks need not coincide)."""
+    def add_part(self, part: dict[str, Any], agents: slice | np.ndarray) -> None:
+        """Add a :meth:`part` of another ledger: totals add up, the per-agent columns
+        of ``agents`` are taken as they are, the queue peak is the larger one, and
+        peaks of calls in flight add up (an upper bound: the parts' peaks need not
+        coincide)."""
         for k, v in part["totals"].items():
             setattr(self, k, getattr(self, k) + v)
         counts, sizes = self.messages_by_channel, self.bytes_by_channel
@@ -137,8 +140,8 @@ class Ledger:
             for i, v in enumerate(values):
                 mine[i] += v
         for c, col in part["per_agent"].items():
-            self.per_agent[c][lo:hi] = col
-        self.cost_per_agent[lo:hi] = part["cost_per_agent"]
+            np.frombuffer(self.per_agent[c], dtype=np.int64)[agents] = col
+        np.frombuffer(self.cost_per_agent, dtype=np.float64)[agents] = part["cost_per_agent"]
         self.peak_queue_depth = max(self.peak_queue_depth, part["peak_queue_depth"])
         self.peak_llm_in_flight += part["peak_llm_in_flight"]
 

@@ -303,7 +303,7 @@ class ShardRouter:
         rt, lo, hi = self.rt, self.lo, self.hi
         trace = rt.trace
         return {
-            "ledger": rt.ledger.part(lo, hi),
+            "ledger": rt.ledger.part(slice(lo, hi)),
             "states": [a.data for a in rt.agents[lo:hi]],
             "interrupts": rt.core.interrupts,
             "trace": None if trace is None else trace.as_dict(),

@@ -165,7 +165,7 @@ def _merge(rt: AsyncioRuntime, bounds: list[int], results: dict[int, dict[str, A
     batches: list[tuple[Any, ...]] = []
     for k, res in sorted(results.items()):
         lo, hi = bounds[k], bounds[k + 1]
-        led.add_part(res["ledger"], lo, hi)
+        led.add_part(res["ledger"], slice(lo, hi))
         for agent, state in zip(rt.agents[lo:hi], res["states"], strict=True):
             agent.data = state
         rt.core.interrupts.extend((agent, reason) for agent, reason in res["interrupts"])

@@ -46,10 +46,9 @@ class MachinePart:
     machine: int
     agents: np.ndarray
     """Ids of the machine's agents, ascending."""
-    totals: dict[str, Any]
-    """The ledger's totals, counts by channel and stage, and peaks (``Ledger.part``)."""
-    columns: dict[str, np.ndarray]
-    """Per-agent columns of the machine's agents (and ``cost`` in dollars)."""
+    ledger: dict[str, Any]
+    """The ledger's totals, counts by channel and stage, peaks, and the per-agent
+    columns of the machine's agents (``Ledger.part``)."""
     machine_figures: dict[str, Any]
     """Its per-machine dollars, LLM time and peak (``MachineLedger.machine_part``)."""
     states: list[Any]
@@ -161,10 +160,6 @@ class SimShard:
             result = sim.result()
             ledger = sim.ledger
             agents = np.flatnonzero(self.machine_of == m)
-            columns: dict[str, np.ndarray] = {
-                c: np.frombuffer(col, dtype=np.int64)[agents] for c, col in ledger.per_agent.items()
-            }
-            columns["cost"] = np.frombuffer(ledger.cost_per_agent, dtype=np.float64)[agents]
             delivery = self._delivery(sim)
             owned = [sim.agents[i] for i in agents.tolist()]
             received = ledger.per_agent["received"]
@@ -173,8 +168,7 @@ class SimShard:
                 MachinePart(
                     machine=m,
                     agents=agents,
-                    totals=ledger.part(0, 0),
-                    columns=columns,
+                    ledger=ledger.part(agents),
                     machine_figures=ledger.machine_part(m),  # type: ignore[attr-defined]
                     states=[a.data for a in owned],
                     virtual_time_s=sim.now,

@@ -206,21 +206,7 @@ def merge_parts(org: Organisation, machines: int, parts: list[MachinePart], wall
         machine_of[p.agents] = p.machine
     ledger = MachineLedger(org.n, machines, machine_of.__getitem__)
     for p in parts:
-        totals = p.totals
-        for k, v in totals["totals"].items():
-            setattr(ledger, k, getattr(ledger, k) + v)
-        for ch, v in totals["messages_by_channel"].items():
-            ledger.messages_by_channel[ch] = ledger.messages_by_channel.get(ch, 0) + v
-        for ch, v in totals["bytes_by_channel"].items():
-            ledger.bytes_by_channel[ch] = ledger.bytes_by_channel.get(ch, 0) + v
-        for stage, values in totals["stages"].items():
-            mine = ledger.stages.setdefault(stage, [0, 0, 0, 0.0])
-            for i in range(3):
-                mine[i] += values[i]
-        ledger.peak_queue_depth = max(ledger.peak_queue_depth, totals["peak_queue_depth"])
-        for c, col in ledger.per_agent.items():
-            np.frombuffer(col, dtype=np.int64)[p.agents] = p.columns[c]
-        np.frombuffer(ledger.cost_per_agent, dtype=np.float64)[p.agents] = p.columns["cost"]
+        ledger.add_part(p.ledger, p.agents)
         ledger.add_machine_part(p.machine, p.machine_figures)
     ledger.settle()
     ledger.virtual_time_s = max((p.virtual_time_s for p in parts), default=0.0)
