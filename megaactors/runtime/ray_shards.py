@@ -214,6 +214,7 @@ class RayTransport:
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        rt.mark_start()  # each actor runs its start effects and keeps its own clock from its release
         count = len(bounds) - 1
         self.group = placement_group([{"CPU": CPUS_PER_SHARD}] * count, strategy="SPREAD")
         ready, _ = ray.wait([self.group.ready()], timeout=PLACEMENT_TIMEOUT_S)

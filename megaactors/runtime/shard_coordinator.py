@@ -29,8 +29,9 @@ class ShardTransport(Protocol):
     side; the messages are those of :class:`~megaactors.runtime.aio_shards.ShardLinks`)."""
 
     def start(self, rt: AsyncioRuntime, bounds: list[int]) -> None:
-        """Start shard ``k`` on agents ``bounds[k]`` to ``bounds[k + 1] - 1`` of ``rt``
-        (``rt``'s agents are released: :meth:`~megaactors.runtime.live.LiveRuntime.mark_start`)."""
+        """Start shard ``k`` on agents ``bounds[k]`` to ``bounds[k + 1] - 1`` of ``rt``,
+        marking ``rt``'s start (:meth:`~megaactors.runtime.live.LiveRuntime.mark_start`)
+        as the agents are released, after every agent's start effects have run."""
         ...
 
     def send(self, shard: int, message: tuple[Any, ...]) -> None:
@@ -143,11 +144,10 @@ def _run(rt: AsyncioRuntime, transport: ShardTransport) -> RunResult:
     wall0 = time.perf_counter()
     with quiet_gc():
         bounds = shard_bounds(rt.org, count)
-        rt.mark_start()
-        released = time.monotonic() - rt.now() * rt.time_scale
         coordinator = _Coordinator(transport, count)
         try:
             transport.start(rt, bounds)
+            released = time.monotonic() - rt.now() * rt.time_scale
             coordinator.run()
         finally:
             transport.close()

@@ -171,6 +171,7 @@ class SocketTransport:
 
     def start(self, rt: AsyncioRuntime, bounds: list[int]) -> None:
         starts = rt.start_effects()  # the forked shards inherit the states they set
+        rt.mark_start()  # the forked shards inherit the clock too: virtual time 0 is now
         count = len(bounds) - 1
         counter, id_lock = self.mp.RawValue("q", 0), self.mp.Lock()
         links: dict[tuple[int, int], socket.socket] = {}
