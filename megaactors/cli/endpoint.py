@@ -6,9 +6,10 @@ endpoint instead of the simulated LLM (through
 :class:`~megaactors.providers.chat_completions.ChatCompletionsClient`, at
 ``time_scale`` 1 unless given); ``--call-log`` appends one JSON line per attempt,
 what ``megaactors calibrate`` reads. The simulated provider's limits and failures
-(``--rpm``, ``--tpm``, ``--llm-failure-rate``, ``--llm-timeout-s``, ``--faults
-llm=P``) shape the simulated LLM only and are refused with an endpoint: a real
-server has its own; ``--max-retries`` and ``--max-concurrent-llm`` apply to the client.
+(``--rpm``, ``--tpm``, ``--llm-failure-rate``, ``--llm-timeout-s``) shape the
+simulated LLM only and are refused with an endpoint: a real server has its own; so
+are ``--faults`` (a run against a real server is not a fault experiment);
+``--max-retries`` and ``--max-concurrent-llm`` apply to the client.
 """
 
 from __future__ import annotations

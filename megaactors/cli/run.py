@@ -79,34 +79,28 @@ def register(sub: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     check_budget(args, [spec])
+    client = endpoint_client(args, spec)  # --endpoint and its options checked whatever runs
     if sharding(args):
-        summary = with_status(run_sharded(args, spec))
-        print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
-        return 0
-    client = endpoint_client(args, spec)
-    if client is not None:
+        summary = run_sharded(args, spec)
+    elif client is not None:
         if args.trace_out is not None or args.collect is not None or args.db or args.run_id:
             raise CommandError("--endpoint runs live: it does not combine with --trace-out, --collect or --checkpoint")
         scale = args.time_scale if args.time_scale is not None else 1.0  # virtual seconds are wall seconds
-        summary = with_status(spec.execute(client, time_scale=scale).summary())
-        print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
-        return 0
-    if args.trace_out is not None:
-        summary = with_status(run_traced(args, spec))
-        print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
-        return 0
-    if args.collect is not None or args.collect_every is not None:
-        summary = with_status(run_collected(args, spec))
-        print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
-        return 0
-    if args.db or args.run_id:
+        summary = spec.execute(client, time_scale=scale).summary()
+    elif args.trace_out is not None:
+        summary = run_traced(args, spec)
+    elif args.collect is not None or args.collect_every is not None:
+        summary = run_collected(args, spec)
+    elif args.db or args.run_id:
         from megaactors.cli.resume import print_summary
 
         return print_summary(run_checkpointed(args, spec), args.json)
-    options: dict[str, Any] = {}
-    if args.time_scale is not None:
-        options["time_scale"] = args.time_scale  # a RuntimeOptions field: runtimes in virtual time ignore it
-    summary = with_status(spec.execute(**options).summary())
+    else:
+        options: dict[str, Any] = {}
+        if args.time_scale is not None:
+            options["time_scale"] = args.time_scale  # a RuntimeOptions field: runtimes in virtual time ignore it
+        summary = spec.execute(**options).summary()
+    summary = with_status(summary)
     print(json.dumps(summary, sort_keys=True) if args.json else format_summary(summary))
     return 0
 

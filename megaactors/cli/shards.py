@@ -11,6 +11,7 @@ from typing import Any
 from megaactors.cli.common import CommandError, add_param
 from megaactors.experiments.spec import RunSpec
 from megaactors.runtime.ray_cluster import ADDRESS
+from megaactors.runtime.sim_shards import BACKENDS as SIM_SHARD_BACKENDS
 from megaactors.validation import Param
 
 __all__ = [
@@ -28,9 +29,6 @@ __all__ = [
 LIVE_SHARD_BACKENDS = ("processes", "ray")
 """Where the shards of a live run go: forked processes of this machine joined by
 socket pairs, or Ray actors."""
-SIM_SHARD_BACKENDS = ("inprocess", "ray")
-"""Where the shards of the simulation go: this process, one after the other, or Ray
-actors (:data:`megaactors.runtime.sim_shards.BACKENDS`)."""
 
 SHARDS = Param(
     "shards",
@@ -47,7 +45,7 @@ SHARD_BACKEND = Param(
     "with --shards: where shards run: processes (asyncio: forked here, joined by socket pairs), inprocess (sim: "
     "one after another here) or ray (one actor each, on a local Ray instance without --address); default: ray "
     "with --address, else processes (asyncio) or inprocess (sim)",
-    choices=lambda: (*LIVE_SHARD_BACKENDS, "inprocess"),
+    choices=lambda: tuple(dict.fromkeys((*LIVE_SHARD_BACKENDS, *SIM_SHARD_BACKENDS))),
     optional=True,
 )
 
