@@ -76,6 +76,11 @@ class Window:
     probabilities: Mapping[str, float]
     channel: str | None = None
 
+    @property
+    def on_messages(self) -> bool:
+        """True when the window names a message fault (not only ``llm``)."""
+        return bool(set(self.probabilities) - {LLM_FAULT})
+
 
 @dataclass(frozen=True)
 class Partition:
@@ -141,7 +146,7 @@ class FaultSpec:
     @property
     def on_messages(self) -> bool:
         """True when a message or an agent can fail (what the network delivery applies)."""
-        windows = any(set(w.probabilities) - {LLM_FAULT} for w in self.windows)
+        windows = any(w.on_messages for w in self.windows)
         return bool(self.drop or self.duplicate or self.delay or self.crash or windows or self.partitions) or any(
             any(rule.values()) for rule in self.channels.values()
         )

@@ -96,7 +96,7 @@ def live_faults_for(
             ("delay", faults.may("delay")),
             ("crash", bool(faults.crash)),
             ("partition", bool(faults.partitions)),
-            ("window", any(set(w.probabilities) - {"llm"} for w in faults.windows)),
+            ("window", any(w.on_messages for w in faults.windows)),
             ("recover (with drop: set recover=false)", faults.recover and faults.may("drop")),
         )
         if used

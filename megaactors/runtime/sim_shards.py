@@ -77,7 +77,7 @@ def check_shardable(org: Organisation, options: RuntimeOptions, shards: int) -> 
             "a provider model (its rate limits are the whole run's)",
             options.provider is not None and options.provider.active,
         ),
-        ("faults", options.faults is not None and (options.faults.on_messages or options.faults.may("llm"))),
+        ("faults", options.faults is not None and options.faults.active),
     ]
     for what, present in shared:
         if present:
