@@ -44,8 +44,11 @@ class ChatServer:
         fail_every: int = 0,
         burst_s: float = 60.0,
         first_token_s: float = 0.0,
+        streams: bool = True,
     ) -> None:
         self.first_token_s = first_token_s
+        self.streams = streams
+        """False: answer in one JSON object even when asked to stream (as some servers do)."""
         self.burst = burst_s / 60  # a bucket holds this fraction of a minute's limit
         self.limits = {"requests": (rpm, rpm and rpm * self.burst), "tokens": (tpm, tpm and tpm * self.burst)}
         self.refilled = time.monotonic()
@@ -106,7 +109,7 @@ class ChatServer:
                     "total_tokens": prompt + completion,
                 }
             record["usage"] = (prompt, completion)
-            if body.get("stream"):
+            if body.get("stream") and self.streams:
                 return await self._stream(request, answer)
             return web.json_response(answer)
         finally:
@@ -429,6 +432,21 @@ def test_a_streamed_answer_is_put_together_and_its_time_to_first_token_logged(tm
     (line,) = [json.loads(x) for x in log.read_text().splitlines()]
     assert line["status"] == 200 and line["output_tokens"] == 7
     assert 0.2 <= line["ttft_s"] <= line["latency_s"]
+
+
+def test_a_server_that_ignores_streaming_is_read_as_one_answer(tmp_path) -> None:
+    log = tmp_path / "calls.jsonl"
+    with serving(streams=False) as server:
+        client = ChatCompletionsClient(server.base_url, "m", stream=True, call_log=log)
+
+        async def main() -> Any:
+            async with client:
+                return await client.acomplete(3, 0, LLMRequest(output_tokens=7), 0, 10)
+
+        reply = asyncio.run(main())
+    assert server.requests[0]["body"]["stream"] is True
+    assert reply.text == "noted" and reply.tokens_out == 7 and len(server.requests) == 1
+    assert json.loads(log.read_text())["ttft_s"] is None  # no first token was seen apart
 
 
 def test_a_call_log_without_streaming_has_no_time_to_first_token(tmp_path) -> None:

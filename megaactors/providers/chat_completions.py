@@ -169,9 +169,9 @@ class ChatCompletionsClient:
                     ts, t0 = time.time(), time.monotonic()
                     async with session.post(self.url, json=body, headers=headers, timeout=timeout) as resp:
                         status = resp.status
-                        if resp.status == 200 and self.stream:
+                        if resp.status == 200 and self.stream and resp.content_type == "text/event-stream":
                             data = await self._streamed(resp, t0, ttft)
-                        elif resp.status == 200:
+                        elif resp.status == 200:  # a server that ignores stream=true answers in one piece
                             data = await self._json_object(resp)
                         else:
                             text = (await resp.text())[:300]
