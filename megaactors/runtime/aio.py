@@ -329,7 +329,7 @@ class AsyncioRuntime(LiveRuntime):
             if start is not None or mail.pending(a.id):  # type: ignore[union-attr]
                 await self._drive(a, self.cycle(a, start))
             loop = asyncio.get_running_loop()
-            wakers, idle = self._wakers, mail.idle  # type: ignore[union-attr]
+            wakers, idle, activation = self._wakers, mail.idle, self.activation  # type: ignore[union-attr]
             while True:
                 fut = loop.create_future()
                 wakers[a.id] = fut
@@ -339,7 +339,7 @@ class AsyncioRuntime(LiveRuntime):
                     self._quiescent()
                 if await fut is _STOP:
                     return
-                await self._drive(a, self.cycle(a, None))
+                await self._drive(a, activation(a))
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -379,18 +379,28 @@ class AsyncioRuntime(LiveRuntime):
     # ------------------------------------------------------------------ messages
 
     def take(self, a: Agent, woken: bool) -> Batch:
-        self.move(a, PROCESSING)
+        if self.trace is None and a.phase is not PROCESSING:  # Agent.transition, inlined: the legal move
+            a.phase = PROCESSING
+        else:
+            self.move(a, PROCESSING)
         packets, copy_bytes = self.mailboxes.take(a.id)  # type: ignore[union-attr]
         batch = Batch(a.id, packets)
         self.account_batch(a, batch, self.postman.account_batch(a.id, len(packets), copy_bytes))
         return batch
 
     def respond(self, a: Agent) -> tuple[bool, Batch | None]:
-        self.move(a, RESPONSE)
+        plain = self.trace is None and a.phase is PROCESSING  # Agent.transition, inlined: the legal moves
+        if plain:
+            a.phase = RESPONSE
+        else:
+            self.move(a, RESPONSE)
         if a.outbox:
             self.deliver(a)
         if not self.mailboxes.pending(a.id):  # type: ignore[union-attr]
-            self.move(a, IDLE)
+            if plain:
+                a.phase = IDLE
+            else:
+                self.move(a, IDLE)
             return True, None
         return False, None
 
