@@ -329,7 +329,8 @@ class AsyncioRuntime(LiveRuntime):
             if start is not None or mail.pending(a.id):  # type: ignore[union-attr]
                 await self._drive(a, self.cycle(a, start))
             loop = asyncio.get_running_loop()
-            wakers, idle, activation = self._wakers, mail.idle, self.activation  # type: ignore[union-attr]
+            wakers, idle = self._wakers, mail.idle  # type: ignore[union-attr]
+            activation = self.plain_cycle if self.plain else self.activation  # chosen once
             while True:
                 fut = loop.create_future()
                 wakers[a.id] = fut

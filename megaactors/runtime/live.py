@@ -293,17 +293,20 @@ class LiveRuntime(ABC):
             if token is not None and token.waiting:
                 self.move(a, IDLE)
                 self.release(token, a)
+            elif self.plain and not starting:  # the start effects are over: on as from Idle
+                yield from self.plain_cycle(a, False, batch)
+                return
 
-    def plain_cycle(self, a: Agent, woken: bool) -> Cycle:
-        """:meth:`cycle` of an agent from Idle when :attr:`plain` holds: no gate to
-        take, and each LLM call drawn from the simulated model (the interpreter's
+    def plain_cycle(self, a: Agent, woken: bool = True, batch: Batch | None = None) -> Cycle:
+        """:meth:`cycle` of an agent from Idle (or from Response, with the next
+        ``batch`` if already taken) when :attr:`plain` holds: no gate to take, and
+        each LLM call drawn from the simulated model (the interpreter's
         ``batch_effects``, ``draw_llm``, ``llm_started``, ``record_llm`` and
         ``reply_effects``, inlined: this runs once per activation)."""
         core, shared, ledger, behaviour = self.core, self.shared, self.ledger, self.behaviour
         org, recruited, complete, apply = self.org, core.recruited, self.llm.complete, core.apply
         if not self.all_started():
             yield STARTS
-        batch: Batch | None = None
         while True:
             if self.error is not None:  # the run is failing: stop here
                 raise Aborted
