@@ -54,8 +54,8 @@ from megaactors.errors import ParameterError
 from megaactors.runtime.aio_shards import check_shared_limits
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
-from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep
-from megaactors.runtime.mailboxes import Mailboxes
+from megaactors.runtime.live import Acquire, Ask, Cycle, CycleWait, LiveRuntime, Sleep
+from megaactors.runtime.mailboxes import Mailboxes, gather
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 
@@ -340,16 +340,22 @@ class AsyncioRuntime(LiveRuntime):
                     self._quiescent()
                 if await fut is _STOP:
                     return
-                await self._drive(a, activation(a))
+                cycle = activation(a)
+                wait = next(cycle, None)  # most activations wait for nothing: no coroutine for them
+                if wait is not None:
+                    await self._drive(a, cycle, wait)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
             self.fail(exc)
 
-    async def _drive(self, a: Agent, cycle: Cycle) -> None:
-        """Run ``cycle``, awaiting each of its waits; if a wait raises (the task was
-        cancelled), the cycle is closed (releasing what it holds) and it propagates."""
-        for wait in cycle:
+    async def _drive(self, a: Agent, cycle: Cycle, wait: CycleWait | None = None) -> None:
+        """Run ``cycle`` (from its first wait ``wait`` if already yielded), awaiting
+        each of its waits; if a wait raises (the task was cancelled), the cycle is
+        closed (releasing what it holds) and it propagates."""
+        if wait is None:
+            wait = next(cycle, None)
+        while wait is not None:
             try:
                 if type(wait) is Sleep:
                     if wait.seconds > 0:
@@ -365,6 +371,7 @@ class AsyncioRuntime(LiveRuntime):
             except BaseException:
                 cycle.close()
                 raise
+            wait = next(cycle, None)
 
     def wake_waiter(self, waiter: Any) -> bool:
         if waiter.done():  # its task was cancelled
@@ -384,9 +391,13 @@ class AsyncioRuntime(LiveRuntime):
             a.phase = PROCESSING
         else:
             self.move(a, PROCESSING)
-        packets, copy_bytes = self.mailboxes.take(a.id)  # type: ignore[union-attr]
-        batch = Batch(a.id, packets)
-        self.account_batch(a, batch, self.postman.account_batch(a.id, len(packets), copy_bytes))
+        count, copy_bytes, parts = self.mailboxes.take_later(a.id)  # type: ignore[union-attr]
+        batch = Batch(a.id, parts[0] if len(parts) == 1 and type(parts[0]) is list else gather(parts))
+        nbytes = self.postman.account_batch(a.id, count, copy_bytes)
+        if self.trace is None:  # LiveRuntime.account_batch, inlined
+            a.batch_tokens = -(-nbytes // self.core.bytes_per_token)
+        else:
+            self.account_batch(a, batch, nbytes)
         return batch
 
     def respond(self, a: Agent) -> tuple[bool, Batch | None]:
@@ -397,13 +408,17 @@ class AsyncioRuntime(LiveRuntime):
             self.move(a, RESPONSE)
         if a.outbox:
             self.deliver(a)
-        if not self.mailboxes.pending(a.id):  # type: ignore[union-attr]
-            if plain:
-                a.phase = IDLE
-            else:
-                self.move(a, IDLE)
-            return True, None
-        return False, None
+        aid = a.id
+        if a.inbox:
+            return False, None
+        for log in self.mailboxes.reads[aid]:  # type: ignore[union-attr]  # Mailboxes.pending, inlined
+            if log.cursors[aid] < log.end:
+                return False, None
+        if plain:
+            a.phase = IDLE
+        else:
+            self.move(a, IDLE)
+        return True, None
 
     def queued(self, a: Agent) -> int:
         return len(a.inbox) if self.mailboxes is None else self.mailboxes.queued(a.id)

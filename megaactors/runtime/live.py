@@ -304,7 +304,7 @@ class LiveRuntime(ABC):
         ``batch_effects``, ``draw_llm``, ``llm_started``, ``record_llm`` and
         ``reply_effects``, inlined: this runs once per activation)."""
         core, shared, ledger, behaviour = self.core, self.shared, self.ledger, self.behaviour
-        org, recruited, complete, apply = self.org, core.recruited, self.llm.complete, core.apply
+        org, recruited, complete, apply, now = self.org, core.recruited, self.llm.complete, core.apply, self.now
         if not self.all_started():
             yield STARTS
         while True:
@@ -313,7 +313,7 @@ class LiveRuntime(ABC):
             if batch is None:
                 batch = self.take(a, woken)
                 woken = False
-            ctx = AgentContext(a.id, org, self.now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+            ctx = AgentContext(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
             try:
                 eff = behaviour.on_batch(ctx, a.data, batch)
             except Exception as exc:
@@ -349,7 +349,7 @@ class LiveRuntime(ABC):
                 memory.append(reply.tokens_out)
                 if len(memory) > core.window:
                     del memory[: len(memory) - core.window]
-                ctx = AgentContext(a.id, org, self.now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+                ctx = AgentContext(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
                 try:
                     eff = behaviour.on_reply(ctx, a.data, reply)
                 except Exception as exc:
