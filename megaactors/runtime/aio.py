@@ -329,12 +329,13 @@ class AsyncioRuntime(LiveRuntime):
             if start is not None or mail.pending(a.id):  # type: ignore[union-attr]
                 await self._drive(a, self.cycle(a, start))
             loop = asyncio.get_running_loop()
-            wakers, idle = self._wakers, mail.idle  # type: ignore[union-attr]
+            wakers, reads, aid = self._wakers, mail.reads, a.id  # type: ignore[union-attr]
             activation = self.plain_cycle if self.plain else self.activation  # chosen once
             while True:
                 fut = loop.create_future()
-                wakers[a.id] = fut
-                idle(a.id)
+                wakers[aid] = fut
+                for log in reads[aid]:  # Mailboxes.idle, inlined
+                    log.idle.add(aid)
                 self._active -= 1
                 if not self._active:
                     self._quiescent()
@@ -432,7 +433,8 @@ class AsyncioRuntime(LiveRuntime):
             self._deliver_copies(a, now)
             return
         mail = self.mailboxes
-        stamp, post, compact = postman.stamp, mail.post, mail.compact  # type: ignore[union-attr]
+        stamp, post, compact, share = postman.stamp, mail.post, mail.compact, mail.share  # type: ignore[union-attr]
+        dirty_logs, reads = mail.dirty, mail.reads  # type: ignore[union-attr]
         inboxes, dirty = self.inboxes, self._dirty
         lo, hi = (router.local.start, router.local.stop) if router is not None else (0, 0)
         for send in a.outbox:
@@ -440,6 +442,10 @@ class AsyncioRuntime(LiveRuntime):
                 postman.next_message_id = router.reserve(len(send.recipients))
             packets = stamp(sender, send, now)
             if postman.broadcast and len(packets) == 1:
+                if router is None:  # into the sender's logs (compacted), each looked at for Idle readers
+                    share(packets[0])
+                    dirty_logs.update(reads[sender])
+                    continue
                 compact(packets[0])
                 if not post(packets[0]) and router is not None:  # some members live in other processes
                     router.forward(packets[0], True)
@@ -485,12 +491,13 @@ class AsyncioRuntime(LiveRuntime):
     def _wake_dirty(self) -> None:
         wakers, inboxes, woken = self._wakers, self.inboxes, 0
         mail = self.mailboxes
-        busy = mail.busy  # type: ignore[union-attr]
+        reads = mail.reads  # type: ignore[union-attr]
         for r in self._dirty:
             fut = wakers[r]
             if fut is not None and inboxes[r]:  # Idle, and not emptied meanwhile
                 wakers[r] = None
-                busy(r)
+                for read in reads[r]:  # Mailboxes.busy, inlined
+                    read.idle.discard(r)
                 fut.set_result(None)
                 woken += 1
         self._dirty.clear()
@@ -502,7 +509,8 @@ class AsyncioRuntime(LiveRuntime):
             for r in [r for r in log.idle if cursors[r] < end]:
                 fut = wakers[r]
                 wakers[r] = None
-                busy(r)
+                for read in reads[r]:  # Mailboxes.busy, inlined
+                    read.idle.discard(r)
                 fut.set_result(None)  # type: ignore[union-attr]
                 woken += 1
         self._waking = False

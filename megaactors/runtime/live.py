@@ -250,6 +250,9 @@ class LiveRuntime(ABC):
         through Processing and Response until Idle with nothing queued."""
         core, token = self.core, self.token
         starting = eff is not None and not self.all_started()  # these are its start effects
+        if self.plain and not starting:
+            yield from self.plain_cycle(a, woken, None, eff)
+            return
         batch: Batch | None = None
         while True:
             if token is not None:
@@ -297,27 +300,33 @@ class LiveRuntime(ABC):
                 yield from self.plain_cycle(a, False, batch)
                 return
 
-    def plain_cycle(self, a: Agent, woken: bool = True, batch: Batch | None = None) -> Cycle:
-        """:meth:`cycle` of an agent from Idle (or from Response, with the next
-        ``batch`` if already taken) when :attr:`plain` holds: no gate to take, and
-        each LLM call drawn from the simulated model (the interpreter's
-        ``batch_effects``, ``draw_llm``, ``llm_started``, ``record_llm`` and
-        ``reply_effects``, inlined: this runs once per activation)."""
+    def plain_cycle(
+        self, a: Agent, woken: bool = True, batch: Batch | None = None, eff: Effects | None = None
+    ) -> Cycle:
+        """:meth:`cycle` when :attr:`plain` holds: ``a`` from its start effects
+        ``eff`` (every agent's past their first wait), from Idle, or from Response
+        with the next ``batch`` if already taken. No gate to take, and each LLM call
+        drawn from the simulated model (the interpreter's ``batch_effects``,
+        ``draw_llm``, ``llm_started``, ``record_llm`` and ``reply_effects``, inlined:
+        this runs once per activation)."""
         core, shared, ledger, behaviour = self.core, self.shared, self.ledger, self.behaviour
         org, recruited, complete, apply, now = self.org, core.recruited, self.llm.complete, core.apply, self.now
-        if not self.all_started():
+        if eff is None and not self.all_started():
             yield STARTS
         while True:
             if self.error is not None:  # the run is failing: stop here
                 raise Aborted
-            if batch is None:
-                batch = self.take(a, woken)
-                woken = False
-            ctx = AgentContext(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
-            try:
-                eff = behaviour.on_batch(ctx, a.data, batch)
-            except Exception as exc:
-                raise core.batch_error(a, batch, exc) from exc
+            if eff is not None:
+                self.move(a, PROCESSING)
+            else:
+                if batch is None:
+                    batch = self.take(a, woken)
+                    woken = False
+                ctx = AgentContext(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+                try:
+                    eff = behaviour.on_batch(ctx, a.data, batch)
+                except Exception as exc:
+                    raise core.batch_error(a, batch, exc) from exc
             wait = apply(a, eff)
             while wait is not None:
                 if type(wait) is not LLMRequest:
@@ -355,6 +364,7 @@ class LiveRuntime(ABC):
                 except Exception as exc:
                     raise core.reply_error(a, reply, exc) from exc
                 wait = apply(a, eff)
+            eff = None
             idle, batch = self.respond(a)
             if idle:
                 self.went_idle(a)
