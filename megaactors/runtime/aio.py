@@ -39,7 +39,6 @@ Ray this process is connected to, else a local instance).
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -52,6 +51,7 @@ from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
 from megaactors.runtime.aio_shards import check_shared_limits
+from megaactors.runtime.aio_timers import CoalescedTimers
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.live import Acquire, Ask, Cycle, CycleWait, LiveRuntime, Sleep
@@ -109,28 +109,6 @@ class Router(Protocol):
         """Raise :class:`~megaactors.errors.ParameterError` unless ``agent`` may do
         ``what`` here (``recruit``, or take the named tool lock ``lock <name>``)."""
         ...
-
-
-class _Timers:
-    """Coalesced sleeps: one loop timer per tick wakes every wait ending in it."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, tick_s: float) -> None:
-        self.loop = loop
-        self.tick = tick_s
-        self.buckets: dict[int, asyncio.Future[None]] = {}
-
-    def sleep(self, delay: float) -> asyncio.Future[None]:
-        key = math.ceil((time.monotonic() + delay) / self.tick)
-        fut = self.buckets.get(key)
-        if fut is None:
-            fut = self.buckets[key] = self.loop.create_future()
-            self.loop.call_later(max(0.0, key * self.tick - time.monotonic()), self._fire, key)
-        return fut
-
-    def _fire(self, key: int) -> None:
-        fut = self.buckets.pop(key)
-        if not fut.done():
-            fut.set_result(None)
 
 
 class AsyncioRuntime(LiveRuntime):
@@ -192,7 +170,7 @@ class AsyncioRuntime(LiveRuntime):
         self._waking = False
         self._active = 0
         self._done: asyncio.Future[None] | None = None
-        self._timers: _Timers | None = None
+        self._timers: CoalescedTimers | None = None
 
     def shard_recipe(self) -> dict[str, Any]:
         """The arguments that build this runtime again (one process's part of a run
@@ -249,7 +227,7 @@ class AsyncioRuntime(LiveRuntime):
             self.mailboxes = Mailboxes(self.org, self.inboxes, self.router.local if self.router else None)
         self._done = loop.create_future()
         if self.timer_tick_s > 0:
-            self._timers = _Timers(loop, self.timer_tick_s)
+            self._timers = CoalescedTimers(loop, self.timer_tick_s)
         self._active = len(agents)
         create_task, agent_main = loop.create_task, self._agent_main
         self.tasks = [create_task(agent_main(a, eff)) for a, eff in zip(agents, starts, strict=True)]

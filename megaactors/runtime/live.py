@@ -128,6 +128,9 @@ class LiveRuntime(ABC):
         and cheaper to enter than a no-op context manager written in Python)."""
         self.started = False
         self.plain = False
+        self.start_barrier = self.idle_hook = True
+        """Whether :meth:`all_started` and :meth:`went_idle` do anything here (decided
+        by :meth:`start_effects`: whether the runtime overrides them)."""
         """Whether no rare feature is set (no serial token, LLM slots, provider model,
         observer of paid calls, or LLM that answers by itself): an agent woken from
         Idle then runs :meth:`plain_cycle` (decided once, by :meth:`start_effects`)."""
@@ -156,7 +159,9 @@ class LiveRuntime(ABC):
         if self.started:
             raise RuntimeError("this run has already started")
         self.started = True
-        core = self.core
+        core, cls = self.core, type(self)
+        self.start_barrier = cls.all_started is not LiveRuntime.all_started
+        self.idle_hook = cls.went_idle is not LiveRuntime.went_idle
         self.plain = (
             self.token is None
             and self.llm_slots is None
@@ -311,7 +316,7 @@ class LiveRuntime(ABC):
         this runs once per activation)."""
         core, shared, ledger, behaviour = self.core, self.shared, self.ledger, self.behaviour
         org, recruited, complete, apply, now = self.org, core.recruited, self.llm.complete, core.apply, self.now
-        if eff is None and not self.all_started():
+        if eff is None and self.start_barrier and not self.all_started():
             yield STARTS
         while True:
             if self.error is not None:  # the run is failing: stop here
@@ -367,7 +372,8 @@ class LiveRuntime(ABC):
             eff = None
             idle, batch = self.respond(a)
             if idle:
-                self.went_idle(a)
+                if self.idle_hook:
+                    self.went_idle(a)
                 return
 
     def llm_call(self, a: Agent, request: LLMRequest) -> Generator[Any, Any, Effects]:
