@@ -435,7 +435,8 @@ class AsyncioRuntime(LiveRuntime):
                 _consume(map(_append, map(inboxes.__getitem__, recipients), repeat(packet)))
                 dirty.update(recipients)
         a.outbox = []
-        self.wake_soon()
+        if not self._waking:
+            self.wake_soon()
 
     def _deliver_copies(self, a: Agent, now: float) -> None:
         """Flush the out-queue copy by copy through :attr:`live_faults` (into private
