@@ -1,11 +1,9 @@
-"""The parent of a sharded asyncio run: it starts the shards over a transport,
-detects the end of the run and merges what they report (see
-:mod:`megaactors.runtime.aio_shards`).
+"""The parent of a sharded asyncio run: it starts the shards, detects the end of
+the run and merges what they report (see :mod:`megaactors.runtime.aio_shards`).
 
-The coordination is the same whatever carries it: a :class:`ShardTransport` starts
-the shards and carries the coordinator's messages to them and theirs back, either
-socket pairs between forked processes (:class:`~megaactors.runtime.shard_sockets.SocketTransport`)
-or Ray actors (:class:`~megaactors.runtime.ray_shards.RayTransport`).
+The shards are Ray actors (:class:`~megaactors.runtime.ray_shards.RayTransport`);
+the coordination itself only needs a :class:`ShardTransport`, which starts the
+shards and carries the coordinator's messages to them and theirs back.
 """
 
 from __future__ import annotations
@@ -124,22 +122,19 @@ class _Coordinator:
 
 
 def run_sharded(rt: AsyncioRuntime) -> RunResult:
-    """Run ``rt`` over ``rt.shards`` shards on its transport (``rt.transport``);
-    merge and return the result."""
+    """Run ``rt`` over ``rt.shards`` Ray actors on the cluster at ``rt.address`` (see
+    :func:`~megaactors.runtime.ray_shards.ray_for_shards`); merge and return the result."""
     n, count = rt.org.n, rt.shards
     if count > n:
         raise ParameterError(f"shards: {count} shards for {n} agents; use at most one shard per agent")
-    if rt.transport == "ray":
-        from megaactors.runtime.ray_shards import RayTransport, ray_for_shards
+    from megaactors.runtime.ray_shards import RayTransport, ray_for_shards
 
-        with ray_for_shards(rt.address, count) as ray:
-            return _run(rt, RayTransport(ray))
-    from megaactors.runtime.shard_sockets import SocketTransport
-
-    return _run(rt, SocketTransport())
+    with ray_for_shards(rt.address, count) as ray:
+        return _run(rt, RayTransport(ray))
 
 
 def _run(rt: AsyncioRuntime, transport: ShardTransport) -> RunResult:
+    """Run ``rt`` over ``rt.shards`` shards that ``transport`` starts and reaches."""
     count = rt.shards
     wall0 = time.perf_counter()
     with quiet_gc():
