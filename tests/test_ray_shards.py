@@ -1,15 +1,12 @@
 """Sharded asyncio runs: the command line's --shards/--address and the Ray
-transport's message ids (the runs on a Ray cluster are in tests/ray_cases.py)."""
+transport's message ids (the sharded runs, on a Ray cluster, are in tests/ray_cases.py)."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
-import os
 import random
-import signal
-from typing import Any
+import sys
 
 import pytest
 
@@ -17,9 +14,8 @@ from megaactors import Organisation
 from megaactors.behaviours.chat_round import ChatRound
 from megaactors.cli import main
 from megaactors.core.messages import int_size_total
-from megaactors.errors import ParameterError
+from megaactors.errors import ClusterError
 from megaactors.runtime import AsyncioRuntime
-from megaactors.runtime.aio_shards import ShardError
 from megaactors.runtime.ray_shards import EXACT_BELOW, ID_BLOCK, IdAllocator, IdBlock
 
 RUN = ["run", "--runtime", "asyncio", "--topology", "two-tier", "--agents", "60", "--group-size", "12"]
@@ -49,44 +45,31 @@ def test_one_shard_per_group_at_most_and_ray_only_with_shards(capsys: pytest.Cap
         (["--shards", "6"], "--shards 6 is more than the organisation's 5 groups"),
         (["--address", "127.0.0.1:6379"], "--shard-backend and --address go with --shards K"),
         (["--shards", "1", "--shard-backend", "ray"], "they need --shards 2 or more"),
+        (["--shards", "1", "--address", "127.0.0.1:6379"], "they need --shards 2 or more"),
         (["--shards", "2", "--address", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
         (["--shards", "2", "--address", "nowhere"], "--address must be HOST:PORT"),
-        (["--shards", "2", "--shard-backend", "processes", "--address", "127.0.0.1:1"], "does not combine"),
+        (["--shards", "2", "--shard-backend", "inprocess"], "--shard-backend inprocess is for --runtime sim"),
         (["--shards", "2", "--runtime", "pykka"], "--shards splits a run on --runtime sim or asyncio"),
     ):
         assert main([*RUN, *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err
+    with pytest.raises(SystemExit) as exc:  # the socket pairs are gone: "processes" is no backend
+        main([*RUN, "--shards", "2", "--shard-backend", "processes"])
+    assert exc.value.code == 2 and "processes" in capsys.readouterr().err
 
 
-def test_the_run_command_shards_over_processes(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([*RUN, "--time-scale", "0.002", "--json"]) == 0
-    one = json.loads(capsys.readouterr().out)
-    assert main([*RUN, "--time-scale", "0.002", "--json", "--shards", "3"]) == 0
-    three = json.loads(capsys.readouterr().out)
-    figures = ("messages", "bytes", "messages_by_channel", "agents")  # calls vary with batching, live
-    assert {k: three[k] for k in figures} == {k: one[k] for k in figures}
-
-
-def test_the_shard_transport_is_checked() -> None:
-    org = Organisation.two_tier(24, 6)
-    with pytest.raises(ParameterError, match="unknown shard transport 'mpi'"):
-        AsyncioRuntime(org, ChatRound(), shards=2, transport="mpi")
-    with pytest.raises(ParameterError, match="a Ray address needs the ray shard transport"):
-        AsyncioRuntime(org, ChatRound(), shards=2, address="127.0.0.1:6379")
-
-
-class _KilledOnReply(ChatRound):
-    """Agent 50's process is killed (SIGKILL) on its first LLM reply."""
-
-    def on_reply(self, ctx: Any, state: Any, reply: Any) -> Any:
-        if ctx.agent == 50:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return super().on_reply(ctx, state, reply)
-
-
-def test_a_shard_process_killed_stops_every_shard_and_says_which() -> None:
-    org = Organisation.two_tier(60, 12)
-    with pytest.raises(ShardError, match=r"shard 1 exited with code -9 before reporting"):
-        AsyncioRuntime(org, _KilledOnReply(2), time_scale=0.002, shards=2).run()
-    assert multiprocessing.active_children() == []
+def test_without_ray_a_sharded_run_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    assert main([*RUN, "--shards", "2", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert (
+        captured.out == ""
+        and captured.err.strip() == "megaactors: error: Ray is not installed: pip install 'megaactors[ray]'"
+    )
+    with pytest.raises(ClusterError, match=r"pip install 'megaactors\[ray\]'"):
+        AsyncioRuntime(Organisation.two_tier(24, 6), ChatRound(), shards=2).run()
+    assert main([*RUN, "--shards", "1", "--time-scale", "0.002", "--json"]) == 0  # one event loop: no Ray
+    assert json.loads(capsys.readouterr().out)["messages"] > 0
