@@ -18,7 +18,6 @@ from ray_cluster import LocalRayCluster, namespace_processes, require_namespace
 from test_aio_mailboxes import GOSSIP_ORGS, check_gossip
 from test_live_runtimes import (
     FailsOnReply,
-    LocksOnStart,
     RecruitsOnStart,
     check_scrambled_chat,
     fixed_llm,
@@ -194,10 +193,9 @@ class TestLiveShards:
         ("make", "shards"),
         [
             (lambda: Organisation.two_tier(150, 12), 2),
-            (lambda: Organisation.star(30), 2),
             (lambda: Organisation.hierarchy(60, 3), 3),  # flat: below, with broadcasts and scrambled sends
         ],
-        ids=["two-tier", "star", "hierarchy"],
+        ids=["two-tier", "hierarchy"],
     )
     def test_a_sharded_run_agrees_with_the_simulation(self, make: Any, shards: int) -> None:
         ref = SimRuntime(make(), ChatRound(2), seed=5).run()
@@ -211,9 +209,8 @@ class TestLiveShards:
         times = list(got.trace.t_time)
         assert times == sorted(times)
 
-    @pytest.mark.parametrize(("topology", "shards"), [("two-tier", 2), ("flat", 3)])
-    def test_broadcasts_reach_every_peer_once_with_the_simulations_counts(self, topology: str, shards: int) -> None:
-        check_gossip(GOSSIP_ORGS[topology], shards)
+    def test_broadcasts_reach_every_peer_once_with_the_simulations_counts(self) -> None:
+        check_gossip(GOSSIP_ORGS["flat"], shards=3)
 
     def test_every_copy_keeps_its_own_message_id_across_three_shards(self) -> None:
         check_scrambled_chat(shards=3)
@@ -238,10 +235,8 @@ class TestLiveShards:
         with pytest.raises(BehaviourError, match=r"agent 100: behaviour 'fails-on-reply' failed on LLM reply 1"):
             failing.run()
         assert _no_actors_left()  # every shard's actor is gone, and the id allocator
-        with pytest.raises(ParameterError, match="agent 0: recruiting needs one process"):
+        with pytest.raises(ParameterError, match="agent 0: recruiting needs one process"):  # as a named tool lock
             AsyncioRuntime(Organisation.hierarchy(2, 3), RecruitsOnStart(), shards=2).run()
-        with pytest.raises(ParameterError, match="agent 3: named tool lock 'git' needs one process"):
-            AsyncioRuntime(Organisation.two_tier(20, 5), LocksOnStart(), shards=2).run()
         with pytest.raises(ShardError, match=r"shard 1's Ray actor was lost"):
             AsyncioRuntime(Organisation.two_tier(60, 12), _KilledOnReply(2), time_scale=0.002, shards=2).run()
         assert _no_actors_left()

@@ -324,14 +324,6 @@ class RecruitsOnStart(ChatRound):
         return Effects(recruits=1, llm=LLMRequest(new_tokens=1)) if ctx.agent == 0 else None
 
 
-class LocksOnStart(ChatRound):
-    def on_start(self, ctx, state):
-        return Effects(tool=ToolCall("git", 1.0, lock="git")) if ctx.agent == 3 else None
-
-    def on_tool(self, ctx, state, result):
-        return Effects()
-
-
 def test_sharded_rate_limits_are_per_group_or_refused() -> None:
     # each shard keeps its own token buckets: a run-wide limit would count once per shard
     org = Organisation.two_tier(20, 5)

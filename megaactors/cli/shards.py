@@ -107,9 +107,9 @@ def run_sharded_live(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
     if args.shards > 1:
         from megaactors.runtime.ray_cluster import check_reachable, import_ray
 
-        import_ray()  # a ClusterError line naming the extra when Ray is missing
         if args.address is not None:
             check_reachable(args.address)  # a ClusterError line before the organisation is built again
+        import_ray()  # a ClusterError line naming the extra when Ray is missing
         options["address"] = args.address
     if args.time_scale is not None:
         options["time_scale"] = args.time_scale
