@@ -1,5 +1,6 @@
-"""Sharded asyncio runs: the command line's --shards/--address and the Ray
-transport's message ids (the sharded runs, on a Ray cluster, are in tests/ray_cases.py)."""
+"""Sharded asyncio runs: the command line's --shards/--address, the Ray transport's
+message ids and the coordinator's end-of-run detection (the sharded runs, on a Ray
+cluster, are in tests/ray_cases.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import itertools
 import json
 import random
 import sys
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,9 @@ from megaactors.cli import main
 from megaactors.core.messages import int_size_total
 from megaactors.errors import ClusterError
 from megaactors.runtime import AsyncioRuntime
+from megaactors.runtime.aio_shards import ShardError
 from megaactors.runtime.ray_shards import EXACT_BELOW, ID_BLOCK, IdAllocator, IdBlock
+from megaactors.runtime.shard_coordinator import Coordinator
 
 RUN = ["run", "--runtime", "asyncio", "--topology", "two-tier", "--agents", "60", "--group-size", "12"]
 
@@ -73,3 +77,55 @@ def test_without_ray_a_sharded_run_names_the_extra(
         AsyncioRuntime(Organisation.two_tier(24, 6), ChatRound(), shards=2).run()
     assert main([*RUN, "--shards", "1", "--time-scale", "0.002", "--json"]) == 0  # one event loop: no Ray
     assert json.loads(capsys.readouterr().out)["messages"] > 0
+
+
+class ScriptedShards:
+    """A :class:`ShardTransport` whose shards say what a script says, one step per
+    ``wait``; it records what the coordinator sends them."""
+
+    def __init__(self, script: list[list[tuple[Any, ...]]]) -> None:
+        self.script = script
+        self.sent: list[tuple[int, tuple[Any, ...]]] = []
+
+    def start(self, rt: Any, bounds: list[int]) -> None:
+        raise AssertionError("the coordinator does not start shards")
+
+    def send(self, shard: int, message: tuple[Any, ...]) -> None:
+        self.sent.append((shard, message))
+
+    def wait(self, pending: set[int]) -> list[tuple[Any, ...]]:
+        return self.script.pop(0)
+
+    def close(self) -> None:
+        raise AssertionError("the coordinator does not close shards")
+
+
+def test_the_coordinator_stops_shards_only_when_quiet_balanced_and_confirmed() -> None:
+    shards = ScriptedShards([
+        [("quiet", 0, 0, [0, 3], [0, 0], 1.0), ("quiet", 1, 0, [0, 0], [2, 0], 1.5)],  # a packet in flight
+        [("quiet", 1, 1, [0, 0], [3, 0], 2.0)],  # received: balanced, probe both
+        [("ack", 0, True), ("ack", 1, False)],  # shard 1 was woken since: no stop
+        [("quiet", 1, 2, [0, 0], [3, 0], 2.5)],
+        [("ack", 1, True), ("ack", 0, True)],
+        [("result", 0, {"part": 0}), ("result", 1, {"part": 1})],
+    ])  # fmt: skip
+    coordinator = Coordinator(shards, 2)
+    coordinator.run()
+    probes = [(0, ("probe", 0)), (1, ("probe", 1))]
+    assert shards.sent == [*probes, (0, ("probe", 0)), (1, ("probe", 2)), (0, ("stop",)), (1, ("stop",))]
+    assert coordinator.results == {0: {"part": 0}, 1: {"part": 1}} and coordinator.error is None
+    assert coordinator.end_s == 2.5 and shards.script == []
+
+
+def test_a_lost_shard_aborts_the_others_and_becomes_the_error() -> None:
+    stopped = ShardError("stopped because another shard failed")
+    shards = ScriptedShards([
+        [("quiet", 0, 0, [0, 1], [0, 0], 1.0)],
+        [("lost", 1, "shard 1 was lost")],
+        [("error", 2, stopped)],  # what an aborted shard reports: not the run's error
+        [("result", 0, {})],
+    ])  # fmt: skip
+    coordinator = Coordinator(shards, 3)
+    coordinator.run()
+    assert shards.sent == [(0, ("abort",)), (1, ("abort",)), (2, ("abort",))]  # once each
+    assert isinstance(coordinator.error, ShardError) and str(coordinator.error) == "shard 1 was lost"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from megaactors.runtime.aio import AsyncioRuntime
     from megaactors.runtime.result import RunResult
 
-__all__ = ["ShardTransport", "run_sharded"]
+__all__ = ["Coordinator", "ShardTransport", "run_sharded"]
 
 
 class ShardTransport(Protocol):
@@ -46,8 +46,11 @@ class ShardTransport(Protocol):
         ...
 
 
-class _Coordinator:
-    """Detects the end of a sharded run and collects the shards' results."""
+class Coordinator:
+    """Detects the end of a sharded run and collects the shards' results: once every
+    shard has reported itself quiet and every packet sent has been received, it asks
+    each shard whether it is still quiet (a second wave, so that no report is stale)
+    and stops them all; an error or a lost shard aborts the others."""
 
     def __init__(self, transport: ShardTransport, count: int) -> None:
         self.transport = transport
@@ -60,6 +63,7 @@ class _Coordinator:
         """Wall seconds from the agents' release to the last shard's going quiet."""
 
     def run(self) -> None:
+        """Handle the shards' messages until each has sent its result or failed."""
         pending = set(range(self.count))
         while pending:
             for message in self.transport.wait(pending):
@@ -139,7 +143,7 @@ def _run(rt: AsyncioRuntime, transport: ShardTransport) -> RunResult:
     wall0 = time.perf_counter()
     with quiet_gc():
         bounds = shard_bounds(rt.org, count)
-        coordinator = _Coordinator(transport, count)
+        coordinator = Coordinator(transport, count)
         try:
             transport.start(rt, bounds)
             released = time.monotonic() - rt.now() * rt.time_scale
