@@ -143,6 +143,9 @@ class NetworkDelivery:
         self._may["partition"] = bool(faults.partitions)
         self._may["latency"] = not decisions.network.instant
         self.dedup = faults.dedup and self._may["duplicate"]
+        self.may_crash = bool(faults.crash)
+        """Whether an agent can crash as it takes a batch (:meth:`crash_on_take` is
+        asked only then: it reads the ledger's per-agent batch counts)."""
         self.link: MachineLink | None = None
         """Machines and their counters when groups are placed on two or more."""
 

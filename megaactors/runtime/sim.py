@@ -22,6 +22,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from heapq import heappop
 from itertools import repeat
 from typing import Any
 
@@ -86,6 +87,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         self._bind()
         self._net = network_for(self, self.postman, behaviour, options, machine)
         """The network messages go through (None: each arrives at once, exactly once)."""
+        self._crashes = self._net is not None and self._net.may_crash  # asked at each take if so
         self._machine_ledger = self._place_on_machines(machine)
         self._open_mail()
         self._awake = bytearray(org.n)
@@ -113,8 +115,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         core = self.core
         self.agents, self.ledger, self.trace, self.postman = core.agents, core.ledger, core.trace, core.postman
         self._apply_effects, self._issue_llm = core.apply, core.issue_llm
-        self._recruited = core.recruited
-        self._draw = core.llm.complete
+        self._recruited, self._draw = core.recruited, core.llm.complete
         self._plain_llm = self._llm_slots is None and core.provider is None and core.llm_observer is None
         """Whether a call starts at once (:meth:`_call_llm_now`): no slot, provider model
         or observer of paid calls is set."""
@@ -184,18 +185,25 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         # step(), inlined: this is the main loop of a run
         events, agents, complete, ready, wake = self._events, self.agents, self._completion(), self._ready, self._wake
         log = self.observer.events if self.observer is not None else None
+        soon, pop_soon = events.soon, heappop
         ran = 0
         while True:
-            # EventQueue.pop, inlined: read the current bucket in place
+            # EventQueue.pop, inlined: the current bucket read in place, or its side heap
             current, i = events.current, events.index
-            if i == len(current):
-                if not events.refill():
+            if soon and (i == len(current) or soon[0] < current[i]):
+                t, _, aid = soon[0]
+                if t >= until:
                     break
-                current, i = events.current, 0
-            t, _, aid = current[i]
-            if t >= until:
-                break
-            events.index = i + 1
+                pop_soon(soon)
+            else:
+                if i == len(current):
+                    if not events.refill():
+                        break
+                    current, i = events.current, 0
+                t, _, aid = current[i]
+                if t >= until:
+                    break
+                events.index = i + 1
             self.now = t
             if log is not None:
                 log.append(aid)
@@ -244,7 +252,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         same instant; when it names no recruits it is handed on unchanged, as a fresh
         one would be equal to it (this saves one object per activation)."""
         now, trace = self.now, self.trace
-        if self._net is not None and a.pending is not START and self._net.crash_on_take(a):
+        if self._crashes and a.pending is not START and self._net.crash_on_take(a):  # type: ignore[union-attr]
             return
         if trace is None and a.phase is not PROCESSING:  # Agent.transition, inlined (see _respond)
             a.phase = PROCESSING
