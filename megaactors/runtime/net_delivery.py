@@ -181,10 +181,12 @@ class NetworkDelivery:
         network, link, host, transit = self.decisions.network, self.link, self.host, self.state.transit
         seed, jitter, now, schedule = self.decisions.seed, network.jitter_s, host.now, host.schedule_network
         near = network.latency_s.get(packet.channel, 0.0)
+        machine_of = link.machine_of if link is not None else ()
+        known = len(machine_of)  # agents recruited later: link.machine
         home = link.machine(packet.sender) if link is not None else 0
         mid = packet.first_id
         for r in packet.recipients:
-            far = link is not None and link.machine(r) != home
+            far = bool(known) and (machine_of[r] if r < known else link.machine(r)) != home  # type: ignore[union-attr]
             latency = network.cross_s if far else near
             if jitter:
                 latency += jitter * stream_uniform(seed, mid, r, JITTER_STREAM)
@@ -264,7 +266,10 @@ class NetworkDelivery:
         entry = self.state.transit.pop(key)
         kind = entry[0]
         if kind == ARRIVE:
-            self.arrive(entry[1], entry[2], entry[3])
+            if self.latency_only:  # arrive(), when nothing is down and nothing repeats
+                self.host.enqueue(entry[2], entry[1])
+            else:
+                self.arrive(entry[1], entry[2], entry[3])
         elif kind == RESEND:
             packet, recipient = entry[1], entry[2]
             counts = self.state.counts
