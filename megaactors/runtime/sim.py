@@ -40,7 +40,7 @@ from megaactors.runtime.net_delivery import NetworkState, network_for, report
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim_placement import SimPlacement
-from megaactors.runtime.sim_queues import SimQueues
+from megaactors.runtime.sim_queues import SimQueues, event_width
 from megaactors.runtime.sim_retry import ProviderCalls
 from megaactors.runtime.sim_state import START, SimObserver, SimState, ToolInFlight
 from megaactors.runtime.sim_tools import ToolCalls
@@ -93,10 +93,9 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         self._awake = bytearray(org.n)
         """1 while an agent is busy or queued to run: a delivery need not wake it."""
         self.now = 0.0
-        median = getattr(getattr(llm, "latency", None), "median_s", 0.0) or 1.0
-        self._events_width = median / 16
+        self._events_width = event_width(llm, self._net.decisions.network if self._net is not None else None)
         self._events = EventQueue(self._events_width)
-        """Pending events (a calendar of time buckets 1/16 of the median latency wide)."""
+        """Pending events (a calendar of time buckets, see :func:`event_width`)."""
         self._seq = 0
         self._ready: deque[int] = deque()
         self._token: FifoGate[Agent] | None = FifoGate() if options.serial else None
