@@ -39,7 +39,6 @@ def workload(kind: str, n: int) -> int:
     its message count."""
     from megaactors import ChatRound, LatencyModel, Organisation, RunSpec, SimRuntime, SimulatedLLM
     from megaactors.durable import DurableOptions, open_store, run_durable
-    from megaactors.network import NetworkModel
     from megaactors.runtime import AsyncioRuntime, PykkaRuntime
 
     if not n:
@@ -49,6 +48,8 @@ def workload(kind: str, n: int) -> int:
     if kind == "sim":
         return SimRuntime(Organisation.two_tier(n, g), ChatRound(2), trace=False).run().ledger.messages
     if kind == "net":
+        from megaactors.network import NetworkModel  # loaded with the simulation (absent from older trees)
+
         net = NetworkModel({"intra": 0.01, "admin": 0.02}, 0.05, 0.002, machine_count=2)
         return SimRuntime(Organisation.two_tier(n, g), ChatRound(), trace=False, network=net).run().ledger.messages
     if kind == "asyncio":
