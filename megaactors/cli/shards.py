@@ -68,8 +68,10 @@ def run_sharded(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
         raise CommandError("--shard-backend and --address go with --shards K")
     if spec.runtime not in ("sim", "asyncio"):
         raise CommandError(f"--shards splits a run on --runtime sim or asyncio; got --runtime {spec.runtime}")
-    if args.trace_out is not None or args.collect is not None or args.db or args.run_id or args.endpoint:
-        raise CommandError("--shards does not combine with --trace-out, --collect, --checkpoint or --endpoint")
+    if args.trace_out is not None or args.collect is not None or args.endpoint:
+        raise CommandError("--shards does not combine with --trace-out, --collect or --endpoint")
+    if (args.db or args.run_id) and spec.runtime != "sim":
+        raise CommandError("--shards with --checkpoint checkpoints the sharded simulation: it needs --runtime sim")
     return run_sharded_sim(args, spec) if spec.runtime == "sim" else run_sharded_live(args, spec)
 
 
@@ -84,8 +86,13 @@ def _backend(args: argparse.Namespace, here: str, allowed: tuple[str, ...], runt
 
 
 def run_sharded_sim(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
-    """``--shards K`` on the simulation: cut by machine, in this process or on Ray."""
+    """``--shards K`` on the simulation: cut by machine, in this process or on Ray;
+    with ``--checkpoint DB --run-id ID`` checkpointed in the store, window by window."""
     backend = _backend(args, "inprocess", SIM_SHARD_BACKENDS, "sim")
+    if args.db or args.run_id:
+        from megaactors.cli.durable_common import run_checkpointed
+
+        return run_checkpointed(args, spec, shards=args.shards, shard_backend=backend, shard_address=args.address)
     from megaactors.runtime.sim_shards import ShardedSimulation
 
     runtime = spec.build(runtime_class=ShardedSimulation, shards=args.shards, backend=backend, address=args.address)
