@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 from megaactors.cli.common import CommandError, add_param
-from megaactors.cli.shards import add_shard_options
 from megaactors.cli.durable_common import (
     add_budget_options,
     add_lease_option,
@@ -19,6 +18,7 @@ from megaactors.cli.durable_common import (
     open_for,
     run_id,
 )
+from megaactors.cli.shards import add_shard_options
 from megaactors.validation import Param
 
 __all__ = ["WAIT", "print_summary", "register"]
