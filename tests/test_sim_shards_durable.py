@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from megaactors.cli import main
-from megaactors.durable import DurableOptions, MemoryStore, open_store
+from megaactors.durable import DurableOptions, MemoryStore, RunQueue, open_store
 from megaactors.durable.checkpointing import Progress, run_durable
 from megaactors.errors import ParameterError
 from megaactors.experiments.spec import RunSpec
@@ -127,7 +127,7 @@ BAD_RUNS = [
 @pytest.mark.parametrize(("extra", "message"), BAD_RUNS)
 def test_a_sharded_checkpointed_run_refuses_in_one_line(tmp_path: Path, capsys, extra: list[str], message: str) -> None:
     db = tmp_path / "runs.db"
-    code, out, err = cli(capsys, "run", *SMALL, "--checkpoint", str(db), "--run-id", "x", *extra)
+    code, _, err = cli(capsys, "run", *SMALL, "--checkpoint", str(db), "--run-id", "x", *extra)
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
     assert not db.exists()
 
@@ -165,7 +165,19 @@ def test_resume_refuses_what_does_not_apply_and_writes_nothing(tmp_path: Path, c
         code, out, err = cli(capsys, "resume", "--checkpoint", d, *argv)
         assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, (argv, err)
         assert files(db) == before, argv
-    code, out, err = cli(capsys, "resume", "--checkpoint", d, "--run-id", "sharded", "--shards", "2", "--json")
+    code, out, err = cli(
+        capsys,
+        "resume",
+        "--checkpoint",
+        d,
+        "--run-id",
+        "sharded",
+        "--shards",
+        "2",
+        "--shard-backend",
+        "inprocess",
+        "--json",
+    )
     assert code == 0, err
     code, plain, err = cli(capsys, "run", *SMALL[:-len(NET)], "--machines", "3", "--net-latency",
                            "intra=0.01,cross=0.05", "--json")  # fmt: skip
@@ -228,3 +240,17 @@ def test_a_sharded_run_checkpoints_in_postgres(postgres_dsn: str, capsys) -> Non
     assert code == 0 and summary(out) == plain, err
     with open_store(postgres_dsn, readonly=True) as store:
         assert [c.kind for c in store.list("pg")] and {c.meta["shards"] for c in store.list("pg")} == {3}
+
+
+def test_a_worker_runs_a_queued_sharded_run(tmp_path: Path, capsys) -> None:
+    db = str(tmp_path / "queue.db")
+    with open_store(db, create=True) as store:
+        run_id = RunQueue(store).submit(SPEC, {"shards": 3, "checkpoint_every": 40})
+    code, _, err = cli(capsys, "worker", "--db", db, "--exit-when-idle")
+    assert code == 0, err
+    code, out, err = cli(capsys, "run", *SMALL[: -len(NET)], *NET[:4], "--json")
+    with open_store(db, readonly=True) as store:
+        run = store.get_run(run_id)
+        kinds = {(c.kind, c.meta["shards"]) for c in store.list(run_id)}
+    assert run.status == "done" and kinds == {("full", 3)}
+    assert {**run.result, "wall_s": 0} == {**summary(out), "wall_s": 0, "stalled": {}}

@@ -464,6 +464,8 @@ def fork_run(
     if params is None or params == source.params:
         store.fork(run_id, step, new_run_id)
         return
+    if source.options.get("shards") is not None:
+        raise ParameterError(f"run {run_id!r} is sharded: a fork copies its checkpoints, with the same parameters")
     new_spec = RunSpec.from_dict(params)  # the new parameters must be valid too
     rt = restored(store, run_id, step)
     packed = pack_state(rt.full())

@@ -31,6 +31,9 @@ from megaactors.durable.store import CheckpointLog, CheckpointRecord, FencingErr
 from megaactors.errors import ParameterError, StateError
 from megaactors.runtime.result import RunResult
 
+TOTALS = ("messages", "bytes", "llm_calls", "tokens_in", "tokens_out", "cost_usd")
+"""The ledger totals a checkpoint's metadata holds, added over the machines."""
+
 if TYPE_CHECKING:
     from megaactors.durable.checkpointing import DurableOptions, Progress
     from megaactors.experiments.spec import RunSpec
@@ -129,15 +132,18 @@ def run_sharded(
         t0 = time.perf_counter()
         packed = pack_checked(checkpoint)
         blob = seal_state(packed)
-        meta = {
+        machines = checkpoint["machines"].values()
+        meta: dict[str, Any] = {
             "step": step,
             "windows": step,
             "shards": checkpoint["shards"],
-            "machines": len(checkpoint["machines"]),
-            "virtual_time_s": max(d["now"] for d in checkpoint["machines"].values()),
+            "machines": len(machines),
+            "events": sum(d["steps"] for d in machines),
+            "virtual_time_s": max(d["now"] for d in machines),
             "packed_bytes": len(packed),
             "wall_s": wall_before + time.perf_counter() - wall0,
         }
+        meta.update({k: sum(d["ledger"][k] for d in machines) for k in TOTALS})
         progress.capture_s += time.perf_counter() - t0
         retry_busy(functools.partial(store.write, lease, step, parent, step, "full", meta, blob))
         parent = step
