@@ -15,7 +15,9 @@ stored as any run's; the last window is not checkpointed.
 A resume continues from the newest checkpoint on the same number of shards; the
 backend (in this process or Ray actors) may differ, the result does not. What needs
 the whole run in one place is refused in one line: a human's edits and stops
-(interrupts), and billing through the outbox.
+(interrupts), and billing through the outbox. A behaviour's
+:class:`~megaactors.core.behaviour.Interrupt` is reported in the result without
+stopping the run, and the run records no OpenTelemetry spans.
 """
 
 from __future__ import annotations
@@ -145,7 +147,10 @@ def run_sharded(
         }
         meta.update({k: sum(d["ledger"][k] for d in machines) for k in TOTALS})
         progress.capture_s += time.perf_counter() - t0
+        t1 = time.perf_counter()
         retry_busy(functools.partial(store.write, lease, step, parent, step, "full", meta, blob))
+        if progress.on_checkpoint is not None:
+            progress.on_checkpoint(time.perf_counter() - t1, len(blob))
         parent = step
         progress.checkpoints += 1
         progress.full_snapshots += 1
