@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_durable_cli import files
 
 from megaactors.cli import main
 from megaactors.durable import DurableOptions, MemoryStore, RunQueue, open_store
@@ -40,16 +41,6 @@ def summary(out: str) -> dict[str, Any]:
     s = json.loads(out)
     s.pop("wall_s")
     return s
-
-
-def files(db: Path) -> dict[str, bytes]:
-    """The bytes of the database and of its write-ahead log (an empty log is no log)."""
-    found = {}
-    for suffix in ("", "-wal"):
-        p = Path(f"{db}{suffix}")
-        if p.exists() and (suffix == "" or p.stat().st_size):
-            found[suffix or "db"] = p.read_bytes()
-    return found
 
 
 def test_a_checkpointed_sharded_run_gives_the_unsharded_result(tmp_path: Path, capsys) -> None:
