@@ -18,7 +18,7 @@ import pytest
 from test_durable_cli import files
 
 from megaactors.cli import main
-from megaactors.durable import DurableOptions, MemoryStore, RunQueue, open_store
+from megaactors.durable import DurableOptions, MemoryStore, open_store
 from megaactors.durable.checkpointing import Progress, run_durable
 from megaactors.errors import ParameterError
 from megaactors.experiments.spec import RunSpec
@@ -235,13 +235,16 @@ def test_a_sharded_run_checkpoints_in_postgres(postgres_dsn: str, capsys) -> Non
 
 def test_a_worker_runs_a_queued_sharded_run(tmp_path: Path, capsys) -> None:
     db = str(tmp_path / "queue.db")
-    with open_store(db, create=True) as store:
-        run_id = RunQueue(store).submit(SPEC, {"shards": 3, "checkpoint_every": 40})
+    code, _, err = cli(capsys, "submit", "--db", db, *SMALL, "--shards", "4", "--run-id", "q")
+    assert code == 2 and "must not exceed the machines (3)" in err and not Path(db).exists(), err
+    code, _, err = cli(capsys, "submit", "--db", db, *SMALL, "--shards", "3", "--checkpoint-every", "40",
+                       "--run-id", "q")  # fmt: skip
+    assert code == 0, err
     code, _, err = cli(capsys, "worker", "--db", db, "--exit-when-idle")
     assert code == 0, err
-    code, out, err = cli(capsys, "run", *SMALL[: -len(NET)], *NET[:4], "--json")
+    code, out, err = cli(capsys, "run", *SMALL, "--json")
     with open_store(db, readonly=True) as store:
-        run = store.get_run(run_id)
-        kinds = {(c.kind, c.meta["shards"]) for c in store.list(run_id)}
-    assert run.status == "done" and kinds == {("full", 3)}
+        run = store.get_run("q")
+        kinds = {(c.kind, c.meta["shards"]) for c in store.list("q")}
+    assert run.status == "done" and run.options["shards"] == 3 and kinds == {("full", 3)}
     assert {**run.result, "wall_s": 0} == {**summary(out), "wall_s": 0, "stalled": {}}

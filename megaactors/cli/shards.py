@@ -24,6 +24,7 @@ __all__ = [
     "run_sharded_live",
     "run_sharded_sim",
     "sharding",
+    "sim_sharding",
 ]
 
 LIVE_SHARD_BACKENDS = ("processes", "ray")
@@ -88,17 +89,28 @@ def _backend(args: argparse.Namespace, here: str, allowed: tuple[str, ...], runt
 def run_sharded_sim(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
     """``--shards K`` on the simulation: cut by machine, in this process or on Ray;
     with ``--checkpoint DB --run-id ID`` checkpointed in the store, window by window."""
-    backend = _backend(args, "inprocess", SIM_SHARD_BACKENDS, "sim")
     if args.db or args.run_id:
         from megaactors.cli.durable_common import run_checkpointed
 
-        return run_checkpointed(args, spec, shards=args.shards, shard_backend=backend, shard_address=args.address)
+        return run_checkpointed(args, spec, **sim_sharding(args))
+    backend = _backend(args, "inprocess", SIM_SHARD_BACKENDS, "sim")
     from megaactors.runtime.sim_shards import ShardedSimulation
 
     runtime = spec.build(runtime_class=ShardedSimulation, shards=args.shards, backend=backend, address=args.address)
     result = runtime.run()
     result.params = spec.result_params()
     return result.summary()
+
+
+def sim_sharding(args: argparse.Namespace) -> dict[str, Any]:
+    """The durable options of a checkpointed sharded simulation that ``args`` ask
+    for: ``shards``, ``shard_backend``, ``shard_address`` (none without ``--shards``)."""
+    if not sharding(args):
+        return {}
+    if args.shards is None:
+        raise CommandError("--shard-backend and --address go with --shards K")
+    backend = _backend(args, "inprocess", SIM_SHARD_BACKENDS, "sim")
+    return {"shards": args.shards, "shard_backend": backend, "shard_address": args.address}
 
 
 def run_sharded_live(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
