@@ -18,7 +18,7 @@ import pytest
 from test_durable_cli import files
 
 from megaactors.cli import main
-from megaactors.durable import DurableOptions, MemoryStore, open_store
+from megaactors.durable import DurableOptions, FencingError, MemoryStore, open_store
 from megaactors.durable.checkpointing import Progress, run_durable
 from megaactors.errors import ParameterError
 from megaactors.experiments.spec import RunSpec
@@ -93,6 +93,33 @@ def test_resuming_from_any_checkpoint_gives_the_same_result() -> None:
         assert progress.resumed_from == keep and progress.super_steps > written[-1]
         assert {**resumed.summary(), "wall_s": 0} == {**expected, "wall_s": 0}
         assert [c.step for c in store.list(run_id)] == [s for s in written if s >= keep]  # a full one is copied
+
+
+def test_a_sharded_run_stops_writing_once_its_lease_is_lost() -> None:
+    """The heartbeat's word is taken after every window; a cancelled run's next
+    checkpoint is refused by the store (fencing)."""
+    options = DurableOptions(checkpoint_every=10, shards=2)
+    store = MemoryStore()
+    seen: list[int] = []
+
+    def lose_at_25(windows: int) -> None:
+        seen.append(windows)
+
+    lease = store.create_run("lost", SPEC.as_dict(), options.as_dict(), version="t", owner="a", lease_s=60)
+    with pytest.raises(FencingError, match=r"lease lost \(heartbeat\) at window 26"):
+        run_durable(store, lease, SPEC, options, lost=lambda: len(seen) >= 25, on_step=lose_at_25)
+    assert [c.step for c in store.list("lost")] == [10, 20] and seen[-1] == 25
+
+    def cancel_at_35(windows: int) -> None:
+        seen.append(windows)
+        if windows == 35:
+            store.cancel("cancelled")
+
+    seen.clear()
+    lease = store.create_run("cancelled", SPEC.as_dict(), options.as_dict(), version="t", owner="a", lease_s=60)
+    with pytest.raises(FencingError, match="the run is cancelled"):
+        run_durable(store, lease, SPEC, options, on_step=cancel_at_35)
+    assert [c.step for c in store.list("cancelled")] == [10, 20, 30] and seen[-1] == 40
 
 
 def test_options_a_sharded_run_cannot_take_are_refused() -> None:

@@ -33,7 +33,13 @@ __all__ = [
 LEASE = Param(
     "lease", float, "lease length; the holder renews it every third of it", unit="s", minimum=0.1, maximum=86_400
 )
-CHECKPOINT_EVERY = Param("checkpoint_every", int, "checkpoint every N super-steps", minimum=1, maximum=10**9)
+CHECKPOINT_EVERY = Param(
+    "checkpoint_every",
+    int,
+    "checkpoint every N super-steps (windows of a sharded simulation)",
+    minimum=1,
+    maximum=10**9,
+)
 STEP_SECONDS = Param(
     "step_seconds",
     float,
