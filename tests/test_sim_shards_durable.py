@@ -123,6 +123,8 @@ def test_a_sharded_run_stops_writing_once_its_lease_is_lost() -> None:
 
 
 def test_options_a_sharded_run_cannot_take_are_refused() -> None:
+    assert "shards" not in DurableOptions().as_dict()  # an unsharded run's options read as in older versions
+    assert DurableOptions.from_dict(DurableOptions(shards=2, shard_backend="ray").as_dict()).shard_backend == "ray"
     with pytest.raises(ParameterError, match="interrupts"):
         DurableOptions(shards=2, interrupt_at=3.0)
     with pytest.raises(ParameterError, match="billing"):

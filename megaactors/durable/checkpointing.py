@@ -133,7 +133,10 @@ class DurableOptions:
         return cls(**d)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.shards is None:  # stored as before sharded runs existed: older versions read them
+            del d["shards"], d["shard_backend"], d["shard_address"]
+        return d
 
 
 @dataclass

@@ -21,7 +21,9 @@ cluster at ``address`` or a local Ray instance).
 What the whole run shares has no place in a shard and is refused: serial mode,
 ``max_concurrent_llm``, a provider model (run-scope rate limits), faults,
 recruiting and named tool locks (the last two when they happen). A sharded run
-keeps no trace; ``peak_llm_in_flight`` is the sum of the machines' peaks.
+keeps no trace; ``peak_llm_in_flight`` is the sum of the machines' peaks. Its
+checkpoints (:meth:`ShardedSimulation.run`) go to a durable store through
+:mod:`megaactors.durable.sharded`.
 """
 
 from __future__ import annotations
