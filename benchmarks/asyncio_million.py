@@ -8,16 +8,17 @@ member to every other member of its group, every admin also to every other admin
 188 million messages for a million agents), reads everything it was sent, then
 makes a second call. Measured, each in a fresh process tree:
 
-* ``runtime``: the asyncio runtime sharded over ``--shards`` processes (default:
-  one per core) on uvloop, with timers coalesced into ``--tick`` second ticks; wall
-  time from building the organisation to the merged result;
-* ``runtime-ray`` (with ``--ray``): the same run with the shards as Ray actors on a
-  local Ray instance of ``--shards`` CPUs, started first and not timed
-  (``ray_start_s`` says how long it took); the process tree measured includes
-  Ray's own processes (GCS, raylet, agents, idle workers);
-* ``calls-only``: the same agents making the same two calls without the chat round
-  (what AgentScope's million-agent run does: one dummy call per agent);
-* ``baseline``: bare asyncio, the same number of processes each running its share
+* ``runtime``: the asyncio runtime in one process on uvloop, with timers coalesced
+  into ``--tick`` second ticks; wall time from building the organisation to the
+  result;
+* ``runtime-ray``: the same run sharded over ``--shards`` Ray actors (default: one
+  per core) on a local Ray instance of ``--shards`` CPUs, started first and not
+  timed (``ray_start_s`` says how long it took); wall time from building the
+  organisation to the merged result; the process tree measured includes Ray's own
+  processes (GCS, raylet, agents, idle workers);
+* ``calls-only``: the same agents making the same two calls without the chat round,
+  in one process (what AgentScope's million-agent run does: one dummy call per agent);
+* ``baseline``: bare asyncio, ``--shards`` forked processes each running its share
   of N coroutines that just ``await asyncio.sleep(latency)`` twice, on the same
   event loop kind;
 * ``baseline-coalesced``: the same, with the sleeps coalesced into ticks as the
@@ -30,7 +31,7 @@ proportional set sizes (shared pages divided among their sharers), sampled every
 second (reading it costs the kernel a walk of every page table). Targets: under
 40 s wall and 6 GB.
 
-    python benchmarks/asyncio_million.py [--agents 1000000] [--shards 2] [--ray] [--json]
+    python benchmarks/asyncio_million.py [--agents 1000000] [--shards 2] [--skip PARTS] [--json]
 """
 
 from __future__ import annotations
@@ -99,10 +100,10 @@ def work_on_ray(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     with ray_session(num_cpus=args.shards):
         started = time.perf_counter() - t0
-        return {**work_runtime(args, chat=True, transport="ray"), "ray_start_s": round(started, 2)}
+        return {**work_runtime(args, chat=True, shards=args.shards), "ray_start_s": round(started, 2)}
 
 
-def work_runtime(args: argparse.Namespace, chat: bool, transport: str = "sockets") -> dict[str, Any]:
+def work_runtime(args: argparse.Namespace, chat: bool, shards: int = 1) -> dict[str, Any]:
     t0 = time.perf_counter()
     org = Organisation.two_tier(args.agents, args.group_size)
     runtime = AsyncioRuntime(
@@ -113,8 +114,7 @@ def work_runtime(args: argparse.Namespace, chat: bool, transport: str = "sockets
         trace=False,
         event_loop=args.event_loop,
         timer_tick_s=args.tick,
-        shards=args.shards,
-        transport=transport,
+        shards=shards,
     )
     result = runtime.run()
     wall = time.perf_counter() - t0
@@ -258,9 +258,10 @@ def main() -> None:
     parser.add_argument("--tick", type=float, default=0.01, help="timer coalescing tick, seconds (0: off)")
     parser.add_argument("--event-loop", default="auto")
     parser.add_argument(
-        "--skip", default="", help="comma-separated parts to skip: runtime,calls-only,baseline,baseline-coalesced"
+        "--skip",
+        default="",
+        help="comma-separated parts to skip: baseline,baseline-coalesced,calls-only,runtime,runtime-ray",
     )
-    parser.add_argument("--ray", action="store_true", help="also measure the run with the shards as Ray actors")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -282,7 +283,7 @@ def main() -> None:
         "latency_s": args.latency_s,
         "tick_s": args.tick,
     }
-    parts = ("baseline", "baseline-coalesced", "calls-only", "runtime", *(("runtime-ray",) if args.ray else ()))
+    parts = ("baseline", "baseline-coalesced", "calls-only", "runtime", "runtime-ray")
     for what in parts:
         if what not in skip:
             report[what] = measure(what, args)
@@ -291,9 +292,9 @@ def main() -> None:
     base = report.get("baseline", {}).get("wall_s")
     coalesced = report.get("baseline-coalesced", {}).get("wall_s")
     if "runtime" in report and "runtime-ray" in report:
-        ray, sockets = report["runtime-ray"], report["runtime"]
-        ray["wall_to_sockets"] = round(ray["wall_s"] / sockets["wall_s"], 2)
-        ray["rss_to_sockets"] = round(ray["peak_rss_gb"] / sockets["peak_rss_gb"], 2)
+        ray, one = report["runtime-ray"], report["runtime"]
+        ray["wall_to_unsharded"] = round(ray["wall_s"] / one["wall_s"], 2)
+        ray["rss_to_unsharded"] = round(ray["peak_rss_gb"] / one["peak_rss_gb"], 2)
     for what in ("calls-only", "runtime", "runtime-ray"):
         if what in report and base:
             report[what]["ratio_to_baseline"] = round(report[what]["wall_s"] / base, 2)
@@ -315,18 +316,19 @@ def main() -> None:
         r = report["runtime"]
         print(
             f"{args.agents:,} agents, 2 x {args.latency_s:g} s LLM calls each + a two-tier chat round of "
-            f"{r['messages']:,} messages: {r['wall_s']:.1f} s wall (target < 40 s), "
-            f"peak RSS {r['peak_rss_gb']:.2f} GB / PSS {r['peak_pss_gb']:.2f} GB (target < 6 GB)" + ratios(r)
+            f"{r['messages']:,} messages, one process: {r['wall_s']:.1f} s wall, "
+            f"peak RSS {r['peak_rss_gb']:.2f} GB / PSS {r['peak_pss_gb']:.2f} GB" + ratios(r)
         )
     if "runtime-ray" in report:
         r = report["runtime-ray"]
         print(
-            f"the same run with the shards as Ray actors: {r['wall_s']:.1f} s wall "
-            f"(Ray started in {r['ray_start_s']:.1f} s before), peak RSS {r['peak_rss_gb']:.2f} GB / PSS "
-            f"{r['peak_pss_gb']:.2f} GB"
+            f"the same run on {args.shards} Ray actors: {r['wall_s']:.1f} s wall (target < 40 s; "
+            f"Ray started in {r['ray_start_s']:.1f} s before), peak RSS {r['peak_rss_gb']:.2f} GB / PSS "
+            f"{r['peak_pss_gb']:.2f} GB (target < 6 GB)"
+            + ratios(r)
             + (
-                f"; {r['wall_to_sockets']:.2f}x the wall and {r['rss_to_sockets']:.2f}x the RSS of socket-pair shards"
-                if "wall_to_sockets" in r
+                f"; {r['wall_to_unsharded']:.2f}x the wall and {r['rss_to_unsharded']:.2f}x the RSS of one process"
+                if "wall_to_unsharded" in r
                 else ""
             )
         )

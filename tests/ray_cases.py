@@ -15,13 +15,24 @@ from typing import Any
 
 import pytest
 from ray_cluster import LocalRayCluster, namespace_processes, require_namespace
+from test_aio_mailboxes import GOSSIP_ORGS, check_gossip
+from test_live_runtimes import (
+    FailsOnReply,
+    RecruitsOnStart,
+    check_scrambled_chat,
+    fixed_llm,
+    starts_of,
+)
 
-from megaactors import Effects, LLMRequest, Organisation
+from megaactors import Effects, Interrupt, LLMRequest, Organisation
 from megaactors.behaviours.chat_round import ChatRound
-from megaactors.errors import BehaviourError
+from megaactors.cli import main
+from megaactors.errors import BehaviourError, ParameterError
 from megaactors.experiments import ray_sweep
 from megaactors.experiments.sweep import execute, run_sweep
+from megaactors.providers.limits import ProviderModel
 from megaactors.runtime import AsyncioRuntime, SimRuntime
+from megaactors.runtime.aio_shards import ShardError
 from megaactors.runtime.ray_cluster import ray_session
 
 require_namespace()
@@ -31,7 +42,9 @@ require_namespace()
 def cluster() -> Iterator[LocalRayCluster]:
     c = LocalRayCluster()
     try:
-        yield c.start(workers=1, cpus=1)
+        c.start(workers=0, cpus=1)
+        c.add_node(cpus=2)  # three CPUs: three shards fit
+        yield c
     finally:
         c.stop()
 
@@ -119,36 +132,9 @@ def _figures(result: Any) -> tuple[Any, ...]:
     return led.messages, led.bytes, dict(led.messages_by_channel), per_agent, result.states
 
 
-def test_a_live_run_sharded_over_the_cluster_equals_one_process_and_socket_pairs(cluster: LocalRayCluster) -> None:
-    """Two shards of one CPU on two nodes of one CPU: one shard on each."""
-
-    def run(**sharding: Any) -> Any:
-        org = Organisation.two_tier(150, 12)
-        return AsyncioRuntime(org, ChatRound(2), seed=5, time_scale=0.002, **sharding).run()
-
-    on_ray = run(shards=2, transport="ray", address=cluster.address)
-    assert _figures(on_ray) == _figures(run()) == _figures(run(shards=2))
-    assert _figures(on_ray) == _figures(SimRuntime(Organisation.two_tier(150, 12), ChatRound(2), seed=5).run())
-    assert len(on_ray.trace) > 3 * 150  # merged from both shards
-    out = megaactors("run", "--runtime", "asyncio", "--topology", "two-tier", "--agents", "150", "--group-size", "12",
-                     "--rounds", "2", "--seed", "5", "--time-scale", "0.002", "--shards", "2", "--address",
-                     cluster.address, "--json")  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    summary = json.loads(out.stdout)
-    assert (summary["messages"], summary["bytes"]) == (on_ray.ledger.messages, on_ray.ledger.bytes)
-
-
-class _FailsOnSecondReply(ChatRound):
-    """Agent 100 (on the second shard) raises on its second LLM reply."""
-
-    def on_reply(self, ctx: Any, state: Any, reply: Any) -> Any:
-        if ctx.agent == 100 and reply.call_index == 1:
-            raise ValueError("no answer")
-        return super().on_reply(ctx, state, reply)
-
-
 class _NotesItsNode:
-    """Each agent makes one LLM call and keeps the Ray node it ran on as its state."""
+    """Each agent asks for a human at start, makes one LLM call and keeps the Ray node
+    it ran on as its state."""
 
     name = "notes-its-node"
 
@@ -156,7 +142,7 @@ class _NotesItsNode:
         return ""
 
     def on_start(self, ctx: Any, state: str) -> Effects:
-        return Effects(llm=LLMRequest(new_tokens=1))
+        return Effects(llm=LLMRequest(new_tokens=1), interrupt=Interrupt(f"agent {ctx.agent} here"))
 
     def on_reply(self, ctx: Any, state: str, reply: Any) -> Effects:
         import ray
@@ -167,26 +153,109 @@ class _NotesItsNode:
         return Effects()
 
 
-def test_shards_spread_over_the_nodes_and_an_exception_in_one_stops_all(cluster: LocalRayCluster) -> None:
-    import ray
+class _KilledOnReply(ChatRound):
+    """Agent 50's process (its shard's actor) is killed (SIGKILL) on its first LLM reply."""
 
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # this module is not on the nodes
-    org = Organisation.two_tier(150, 12)
-    with ray_session(cluster.address):  # a run with no address uses the Ray this process is connected to
-        placed = AsyncioRuntime(org, _NotesItsNode(), time_scale=0.002, shards=2, transport="ray").run()
-        nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-        assert set(placed.states) == nodes and len(nodes) == 2  # one shard on each node
-        runtime = AsyncioRuntime(org, _FailsOnSecondReply(3), seed=5, time_scale=0.02, shards=2, transport="ray")
-        with pytest.raises(BehaviourError, match=r"agent 100: .* failed on LLM reply 1: ValueError\('no answer'\)"):
-            runtime.run()
-        deadline = time.monotonic() + 30
-        while _actors() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert _actors() == []  # every shard's actor is gone, and the id allocator
+    def on_reply(self, ctx: Any, state: Any, reply: Any) -> Any:
+        if ctx.agent == 50:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().on_reply(ctx, state, reply)
 
 
 def _actors() -> list[int]:
     return namespace_processes("ray::ShardActor") + namespace_processes("ray::IdAllocator")
+
+
+def _no_actors_left() -> bool:
+    deadline = time.monotonic() + 30
+    while _actors() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _actors() == []
+
+
+@pytest.fixture(scope="class")
+def connected(cluster: LocalRayCluster) -> Iterator[None]:
+    """The Ray this process is connected to, for a class of cases (runs without an address use it)."""
+    import ray
+
+    for module in (__name__, "test_live_runtimes", "test_aio_mailboxes"):  # not on the nodes' path
+        ray.cloudpickle.register_pickle_by_value(sys.modules[module])
+    with ray_session(cluster.address):
+        yield
+
+
+@pytest.mark.usefixtures("connected")
+class TestLiveShards:
+    """Live runs sharded over the cluster's nodes (the head has one CPU, the second node
+    two: up to 3 shards fit), each Ray run combining what it can check: each costs seconds."""
+
+    @pytest.mark.parametrize(
+        ("make", "shards", "provider"),
+        [
+            # group rate limits: each shard holds whole groups, hence whole token buckets
+            (lambda: Organisation.two_tier(150, 12), 2, ProviderModel(rpm=6, scope="group", seed=1)),
+            (lambda: Organisation.hierarchy(60, 3), 3, None),  # flat: below, with broadcasts and scrambled sends
+        ],
+        ids=["two-tier-rate-limited", "hierarchy"],
+    )
+    def test_a_sharded_run_agrees_with_the_simulation(self, make: Any, shards: int, provider: Any) -> None:
+        ref = SimRuntime(make(), ChatRound(2), seed=5, provider=provider).run()
+        got = AsyncioRuntime(make(), ChatRound(2), seed=5, provider=provider, shards=shards, time_scale=0.002).run()
+        assert _figures(got) == _figures(ref)
+        b = got.ledger
+        assert (b.rate_limited > 0) == (ref.ledger.rate_limited > 0) == (provider is not None)
+        calls, batches = b.per_agent["llm_calls"], b.per_agent["batches"]
+        assert [calls[i] - batches[i] for i in range(got.org.n)] == starts_of(got.org, 2)
+        assert b.tokens_in == sum(b.per_agent["tokens_in"]) and b.by_stage["chat"]["llm_calls"] == b.llm_calls
+        assert len(got.trace) >= 3 * got.org.n - sum(1 for s in starts_of(got.org, 2) if not s)  # every shard's
+        times = list(got.trace.t_time)
+        assert times == sorted(times)
+
+    def test_broadcasts_reach_every_peer_once_with_the_simulations_counts(self) -> None:
+        check_gossip(GOSSIP_ORGS["flat"], shards=3)
+
+    def test_every_copy_keeps_its_own_message_id_across_three_shards(self) -> None:
+        check_scrambled_chat(shards=3)
+
+    def test_shards_spread_over_the_nodes_and_their_interrupts_are_gathered(self) -> None:
+        import ray
+
+        deadline = time.monotonic() + 30  # SPREAD is best effort: let the last run's CPUs come back first
+        while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
+            assert time.monotonic() < deadline, ray.available_resources()
+            time.sleep(0.2)
+        placed = AsyncioRuntime(Organisation.two_tier(24, 4), _NotesItsNode(), time_scale=0.002, shards=2).run()
+        nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert set(placed.states) == nodes and len(nodes) == 2  # one shard on each node
+        assert sorted(placed.interrupts) == [(a, f"agent {a} here") for a in range(24)]
+
+    def test_what_fails_in_a_shard_stops_every_shard_and_is_raised(self) -> None:
+        org = Organisation.two_tier(120, 6)
+        failing = AsyncioRuntime(org, FailsOnReply(100, "reply"), llm=fixed_llm(1.0), time_scale=0.02, shards=2)
+        with pytest.raises(BehaviourError, match=r"agent 100: behaviour 'fails-on-reply' failed on LLM reply 1"):
+            failing.run()
+        assert _no_actors_left()  # every shard's actor is gone, and the id allocator
+        with pytest.raises(ParameterError, match="agent 0: recruiting needs one process"):  # as a named tool lock
+            AsyncioRuntime(Organisation.hierarchy(2, 3), RecruitsOnStart(), shards=2).run()
+        with pytest.raises(ShardError, match=r"shard 1's Ray actor was lost"):
+            AsyncioRuntime(Organisation.two_tier(60, 12), _KilledOnReply(2), time_scale=0.002, shards=2).run()
+        assert _no_actors_left()
+
+
+def test_the_run_command_on_the_cluster_equals_one_process_and_the_simulation(
+    cluster: LocalRayCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "--topology", "two-tier", "--agents", "150", "--group-size", "12", "--rounds", "2", "--seed",
+            "5", "--json"]  # fmt: skip
+    live = [*argv, "--runtime", "asyncio", "--time-scale", "0.002"]
+    on_ray = megaactors(*live, "--shards", "2", "--address", cluster.address)
+    assert on_ray.returncode == 0, on_ray.stderr
+    summaries = [json.loads(on_ray.stdout)]
+    for args in (live, argv):  # one process, the simulation
+        assert main(args) == 0
+        summaries.append(json.loads(capsys.readouterr().out))
+    figures = ("messages", "bytes", "messages_by_channel", "agents")  # calls vary with batching, live
+    assert [{k: s[k] for k in figures} for s in summaries[1:]] == [{k: summaries[0][k] for k in figures}] * 2
 
 
 # ---------------------------------------------------------------------- the sharded simulation

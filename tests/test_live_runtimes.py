@@ -21,7 +21,6 @@ from megaactors import (
     BehaviourError,
     ChatRound,
     Effects,
-    Interrupt,
     LatencyModel,
     LLMRequest,
     Organisation,
@@ -49,24 +48,6 @@ def fixed_llm(latency_s: float) -> SimulatedLLM:
 
 def quiet_threads() -> set[threading.Thread]:
     return set(threading.enumerate())
-
-
-class AsksAtStart:
-    """Every agent asks for a human as it starts, and does nothing else."""
-
-    name = "asks-at-start"
-
-    def init(self, agent: int, org: Organisation) -> None:
-        return None
-
-    def on_start(self, ctx: AgentContext, state: None) -> Effects:
-        return Effects(interrupt=Interrupt(f"agent {ctx.agent} here"))
-
-    def on_batch(self, ctx: AgentContext, state: None, batch: Any) -> Effects:
-        return Effects()
-
-    def on_reply(self, ctx: AgentContext, state: None, reply: Any) -> Effects:
-        return Effects()
 
 
 class FailsOnReply:
@@ -320,7 +301,8 @@ def test_a_recruit_beyond_the_fanout_cap_ends_the_run() -> None:
             cls(Organisation.hierarchy(1, 3), Greedy()).run()
 
 
-# ---------------------------------------------------------------------- the asyncio runtime over processes
+# ---------------------------------------------------------------------- the asyncio runtime sharded
+# (the sharded runs are Ray actors: tests/ray_cases.py; here what is decided before Ray starts)
 
 
 def starts_of(org: Organisation, rounds: int) -> list[int]:
@@ -330,39 +312,6 @@ def starts_of(org: Organisation, rounds: int) -> list[int]:
     ]
 
 
-@pytest.mark.parametrize("shards", [2, 3])
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: Organisation.two_tier(150, 12),
-        lambda: Organisation.flat(12),
-        lambda: Organisation.star(30),
-        lambda: Organisation.hierarchy(60, 3),
-    ],
-    ids=["two-tier", "flat", "star", "hierarchy"],
-)
-def test_a_sharded_run_agrees_with_the_simulation(shards: int, make: Any) -> None:
-    ref = SimRuntime(make(), ChatRound(2), seed=5).run()
-    got = AsyncioRuntime(make(), ChatRound(2), seed=5, shards=shards, time_scale=0.002).run()
-    a, b = ref.ledger, got.ledger
-    assert (b.messages, b.bytes, b.messages_by_channel) == (a.messages, a.bytes, a.messages_by_channel)
-    for column in ("sent", "received"):
-        assert list(b.per_agent[column]) == list(a.per_agent[column])
-    assert got.states == ref.states
-    calls, batches = b.per_agent["llm_calls"], b.per_agent["batches"]
-    assert [calls[i] - batches[i] for i in range(got.org.n)] == starts_of(got.org, 2)
-    assert b.tokens_in == sum(b.per_agent["tokens_in"]) and b.by_stage["chat"]["llm_calls"] == b.llm_calls
-    assert len(got.trace) >= 3 * got.org.n - sum(1 for s in starts_of(got.org, 2) if not s)  # merged from every shard
-    times = list(got.trace.t_time)
-    assert times == sorted(times)
-    assert multiprocessing.active_children() == []
-
-
-def test_a_sharded_run_gathers_every_shards_interrupts() -> None:
-    result = AsyncioRuntime(Organisation.two_tier(24, 4), AsksAtStart(), seed=1, shards=2, time_scale=0.002).run()
-    assert sorted(result.interrupts) == [(a, f"agent {a} here") for a in range(24)]
-
-
 def test_shards_cut_at_group_boundaries() -> None:
     org = Organisation.two_tier(300, 12)
     bounds = shard_bounds(org, 2)
@@ -370,29 +319,9 @@ def test_shards_cut_at_group_boundaries() -> None:
     assert shard_bounds(Organisation.flat(10), 3) == [0, 3, 7, 10]
 
 
-def test_an_exception_in_one_shard_stops_every_shard() -> None:
-    before = quiet_threads()
-    org = Organisation.two_tier(120, 6)
-    runtime = AsyncioRuntime(org, FailsOnReply(100, "reply"), llm=fixed_llm(1.0), time_scale=0.02, shards=2)
-    t0 = time.monotonic()
-    with pytest.raises(BehaviourError, match=r"agent 100: behaviour 'fails-on-reply' failed on LLM reply 1"):
-        runtime.run()
-    assert time.monotonic() - t0 < 10.0
-    assert multiprocessing.active_children() == []
-    assert quiet_threads() == before
-
-
 class RecruitsOnStart(ChatRound):
     def on_start(self, ctx, state):
         return Effects(recruits=1, llm=LLMRequest(new_tokens=1)) if ctx.agent == 0 else None
-
-
-class LocksOnStart(ChatRound):
-    def on_start(self, ctx, state):
-        return Effects(tool=ToolCall("git", 1.0, lock="git")) if ctx.agent == 3 else None
-
-    def on_tool(self, ctx, state, result):
-        return Effects()
 
 
 def test_sharded_rate_limits_are_per_group_or_refused() -> None:
@@ -403,10 +332,7 @@ def test_sharded_rate_limits_are_per_group_or_refused() -> None:
     with pytest.raises(ParameterError, match="group 0 spans two shards"):
         AsyncioRuntime(Organisation.two_tier(20, 20), ChatRound(), shards=2, provider=ProviderModel(tpm=1e6,
                        scope="group"))  # fmt: skip
-    grouped = ProviderModel(rpm=6, scope="group", seed=1)  # groups cut whole: each shard holds whole buckets
-    got = AsyncioRuntime(org, ChatRound(), shards=2, provider=grouped, seed=1).run()
-    ref = SimRuntime(org, ChatRound(), provider=grouped, seed=1).run()
-    assert got.ledger.messages == ref.ledger.messages and ref.ledger.rate_limited > 0 and got.ledger.rate_limited > 0
+    AsyncioRuntime(org, ChatRound(), shards=2, provider=ProviderModel(rpm=6, scope="group"))  # groups cut whole
     AsyncioRuntime(org, ChatRound(), shards=2, provider=ProviderModel(failure_rate=0.1))  # per call: shardable
 
 
@@ -422,10 +348,8 @@ def test_sharding_refuses_what_needs_one_process() -> None:
         AsyncioRuntime(org, ChatRound(), shards=2, faults=FaultSpec(duplicate=0.1))  # refused before it runs
     with pytest.raises(ParameterError, match="faults need a single-process asyncio run"):
         AsyncioRuntime(org, ChatRound(), shards=2, faults=FaultSpec(llm=0.1))
-    with pytest.raises(ParameterError, match="agent 0: recruiting needs one process"):
-        AsyncioRuntime(Organisation.hierarchy(2, 3), RecruitsOnStart(), shards=2).run()
-    with pytest.raises(ParameterError, match="agent 3: named tool lock 'git' needs one process"):
-        AsyncioRuntime(org, LocksOnStart(), shards=2).run()
+    with pytest.raises(ParameterError, match="address: a Ray cluster runs shards; give shards=2 or more"):
+        AsyncioRuntime(org, ChatRound(), address="127.0.0.1:6379")
     with pytest.raises(ParameterError, match="3 shards for 2 agents"):
         AsyncioRuntime(Organisation.flat(2), ChatRound(), shards=3).run()
 
@@ -494,8 +418,8 @@ class ScrambledChat:
         return Effects()
 
 
-@pytest.mark.parametrize("shards", [1, 2, 3])
-def test_every_copy_keeps_its_own_message_id_across_shards(shards: int) -> None:
+def check_scrambled_chat(shards: int) -> None:
+    """Every copy keeps its own message id (across shards too: tests/ray_cases.py)."""
     org = Organisation.flat(13)
     result = AsyncioRuntime(org, ScrambledChat(), shards=shards).run()
     seen = [entry for state in result.states for entry in state]
@@ -503,3 +427,7 @@ def test_every_copy_keeps_its_own_message_id_across_shards(shards: int) -> None:
     assert all(recipient == a for a, state in enumerate(result.states) for _, _, recipient in state)
     assert sorted((s, r) for _, s, r in seen) == sorted((s, r) for s in range(13) for r in range(13) if s != r)
     assert result.ledger.bytes == SimRuntime(Organisation.flat(13), ScrambledChat()).run().ledger.bytes
+
+
+def test_every_copy_keeps_its_own_message_id() -> None:
+    check_scrambled_chat(shards=1)

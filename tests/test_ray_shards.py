@@ -1,14 +1,13 @@
-"""Sharded asyncio runs: the command line's --shards/--address and the Ray
-transport's message ids (the runs on a Ray cluster are in tests/ray_cases.py)."""
+"""Sharded asyncio runs: the command line's --shards/--address, the Ray transport's
+message ids and the coordinator's end-of-run detection (the sharded runs, on a Ray
+cluster, are in tests/ray_cases.py)."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import multiprocessing
-import os
 import random
-import signal
+import sys
 from typing import Any
 
 import pytest
@@ -17,10 +16,11 @@ from megaactors import Organisation
 from megaactors.behaviours.chat_round import ChatRound
 from megaactors.cli import main
 from megaactors.core.messages import int_size_total
-from megaactors.errors import ParameterError
+from megaactors.errors import ClusterError
 from megaactors.runtime import AsyncioRuntime
 from megaactors.runtime.aio_shards import ShardError
 from megaactors.runtime.ray_shards import EXACT_BELOW, ID_BLOCK, IdAllocator, IdBlock
+from megaactors.runtime.shard_coordinator import Coordinator
 
 RUN = ["run", "--runtime", "asyncio", "--topology", "two-tier", "--agents", "60", "--group-size", "12"]
 
@@ -49,44 +49,83 @@ def test_one_shard_per_group_at_most_and_ray_only_with_shards(capsys: pytest.Cap
         (["--shards", "6"], "--shards 6 is more than the organisation's 5 groups"),
         (["--address", "127.0.0.1:6379"], "--shard-backend and --address go with --shards K"),
         (["--shards", "1", "--shard-backend", "ray"], "they need --shards 2 or more"),
+        (["--shards", "1", "--address", "127.0.0.1:6379"], "they need --shards 2 or more"),
         (["--shards", "2", "--address", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
         (["--shards", "2", "--address", "nowhere"], "--address must be HOST:PORT"),
-        (["--shards", "2", "--shard-backend", "processes", "--address", "127.0.0.1:1"], "does not combine"),
+        (["--shards", "2", "--shard-backend", "inprocess"], "--shard-backend inprocess is for --runtime sim"),
         (["--shards", "2", "--runtime", "pykka"], "--shards splits a run on --runtime sim or asyncio"),
     ):
         assert main([*RUN, *args]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0], err
+    with pytest.raises(SystemExit) as exc:  # the socket pairs are gone: "processes" is no backend
+        main([*RUN, "--shards", "2", "--shard-backend", "processes"])
+    assert exc.value.code == 2 and "processes" in capsys.readouterr().err
 
 
-def test_the_run_command_shards_over_processes(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([*RUN, "--time-scale", "0.002", "--json"]) == 0
-    one = json.loads(capsys.readouterr().out)
-    assert main([*RUN, "--time-scale", "0.002", "--json", "--shards", "3"]) == 0
-    three = json.loads(capsys.readouterr().out)
-    figures = ("messages", "bytes", "messages_by_channel", "agents")  # calls vary with batching, live
-    assert {k: three[k] for k in figures} == {k: one[k] for k in figures}
+def test_without_ray_a_sharded_run_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    assert main([*RUN, "--shards", "2", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert (
+        captured.out == ""
+        and captured.err.strip() == "megaactors: error: Ray is not installed: pip install 'megaactors[ray]'"
+    )
+    with pytest.raises(ClusterError, match=r"pip install 'megaactors\[ray\]'"):
+        AsyncioRuntime(Organisation.two_tier(24, 6), ChatRound(), shards=2).run()
+    assert main([*RUN, "--shards", "1", "--time-scale", "0.002", "--json"]) == 0  # one event loop: no Ray
+    assert json.loads(capsys.readouterr().out)["messages"] > 0
 
 
-def test_the_shard_transport_is_checked() -> None:
-    org = Organisation.two_tier(24, 6)
-    with pytest.raises(ParameterError, match="unknown shard transport 'mpi'"):
-        AsyncioRuntime(org, ChatRound(), shards=2, transport="mpi")
-    with pytest.raises(ParameterError, match="a Ray address needs the ray shard transport"):
-        AsyncioRuntime(org, ChatRound(), shards=2, address="127.0.0.1:6379")
+class ScriptedShards:
+    """A :class:`ShardTransport` whose shards say what a script says, one step per
+    ``wait``; it records what the coordinator sends them."""
+
+    def __init__(self, script: list[list[tuple[Any, ...]]]) -> None:
+        self.script = script
+        self.sent: list[tuple[int, tuple[Any, ...]]] = []
+
+    def start(self, rt: Any, bounds: list[int]) -> None:
+        raise AssertionError("the coordinator does not start shards")
+
+    def send(self, shard: int, message: tuple[Any, ...]) -> None:
+        self.sent.append((shard, message))
+
+    def wait(self, pending: set[int]) -> list[tuple[Any, ...]]:
+        return self.script.pop(0)
+
+    def close(self) -> None:
+        raise AssertionError("the coordinator does not close shards")
 
 
-class _KilledOnReply(ChatRound):
-    """Agent 50's process is killed (SIGKILL) on its first LLM reply."""
+def test_the_coordinator_stops_shards_only_when_quiet_balanced_and_confirmed() -> None:
+    shards = ScriptedShards([
+        [("quiet", 0, 0, [0, 3], [0, 0], 1.0), ("quiet", 1, 0, [0, 0], [2, 0], 1.5)],  # a packet in flight
+        [("quiet", 1, 1, [0, 0], [3, 0], 2.0)],  # received: balanced, probe both
+        [("ack", 0, True), ("ack", 1, False)],  # shard 1 was woken since: no stop
+        [("quiet", 1, 2, [0, 0], [3, 0], 2.5)],
+        [("ack", 1, True), ("ack", 0, True)],
+        [("result", 0, {"part": 0}), ("result", 1, {"part": 1})],
+    ])  # fmt: skip
+    coordinator = Coordinator(shards, 2)
+    coordinator.run()
+    probes = [(0, ("probe", 0)), (1, ("probe", 1))]
+    assert shards.sent == [*probes, (0, ("probe", 0)), (1, ("probe", 2)), (0, ("stop",)), (1, ("stop",))]
+    assert coordinator.results == {0: {"part": 0}, 1: {"part": 1}} and coordinator.error is None
+    assert coordinator.end_s == 2.5 and shards.script == []
 
-    def on_reply(self, ctx: Any, state: Any, reply: Any) -> Any:
-        if ctx.agent == 50:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return super().on_reply(ctx, state, reply)
 
-
-def test_a_shard_process_killed_stops_every_shard_and_says_which() -> None:
-    org = Organisation.two_tier(60, 12)
-    with pytest.raises(ShardError, match=r"shard 1 exited with code -9 before reporting"):
-        AsyncioRuntime(org, _KilledOnReply(2), time_scale=0.002, shards=2).run()
-    assert multiprocessing.active_children() == []
+def test_a_lost_shard_aborts_the_others_and_becomes_the_error() -> None:
+    stopped = ShardError("stopped because another shard failed")
+    shards = ScriptedShards([
+        [("quiet", 0, 0, [0, 1], [0, 0], 1.0)],
+        [("lost", 1, "shard 1 was lost")],
+        [("error", 2, stopped)],  # what an aborted shard reports: not the run's error
+        [("result", 0, {})],
+    ])  # fmt: skip
+    coordinator = Coordinator(shards, 3)
+    coordinator.run()
+    assert shards.sent == [(0, ("abort",)), (1, ("abort",)), (2, ("abort",))]  # once each
+    assert isinstance(coordinator.error, ShardError) and str(coordinator.error) == "shard 1 was lost"

@@ -141,7 +141,7 @@ CLI_BAD = [
     (["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--runtime", "pykka"], "--runtime pykka"),
     (
         ["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--shard-backend", "processes"],
-        "not for --runtime sim",
+        "unknown shard_backend 'processes'",
     ),
     (["--shards", "2", "--machines", "4", "--net-latency", "cross=0.05", "--faults", "drop=0.1"], "faults"),
     (["--shards", "0"], "shards"),

@@ -1,7 +1,7 @@
 """``megaactors run --shards K [--shard-backend ...] [--address HOST:PORT]``: one run
-split over shards — a live run (``--runtime asyncio``: processes on this machine or
-Ray actors) or the simulation cut by machine (``--runtime sim``: in this process or
-Ray actors, with the unsharded run's result)."""
+split over shards — a live run (``--runtime asyncio``: Ray actors) or the simulation
+cut by machine (``--runtime sim``: in this process or Ray actors, with the unsharded
+run's result)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from megaactors.runtime.sim_shards import BACKENDS as SIM_SHARD_BACKENDS
 from megaactors.validation import Param
 
 __all__ = [
-    "LIVE_SHARD_BACKENDS",
     "SHARDS",
     "SHARD_BACKEND",
     "SIM_SHARD_BACKENDS",
@@ -27,15 +26,12 @@ __all__ = [
     "sim_sharding",
 ]
 
-LIVE_SHARD_BACKENDS = ("processes", "ray")
-"""Where the shards of a live run go: forked processes of this machine joined by
-socket pairs, or Ray actors."""
-
 SHARDS = Param(
     "shards",
     int,
-    "split the run over this many shards: --runtime asyncio, event loops of whole groups each (at most one per "
-    "group); --runtime sim, machines of --machines M (needs --net-latency cross=S > 0), same result as unsharded",
+    "split the run over this many shards: --runtime asyncio, Ray actors of whole groups each (at most one per "
+    "group; a local Ray instance without --address); --runtime sim, machines of --machines M (needs "
+    "--net-latency cross=S > 0), same result as unsharded",
     minimum=1,
     maximum=4096,
     optional=True,
@@ -43,10 +39,10 @@ SHARDS = Param(
 SHARD_BACKEND = Param(
     "shard_backend",
     str,
-    "with --shards: where shards run: processes (asyncio: forked here, joined by socket pairs), inprocess (sim: "
-    "one after another here) or ray (one actor each, on a local Ray instance without --address); default: ray "
-    "with --address, else processes (asyncio) or inprocess (sim)",
-    choices=lambda: tuple(dict.fromkeys((*LIVE_SHARD_BACKENDS, *SIM_SHARD_BACKENDS))),
+    "with --shards on --runtime sim: where shards run: inprocess (one after another here) or ray (one actor "
+    "each, on a local Ray instance without --address); default: ray with --address, else inprocess "
+    "(--runtime asyncio runs its shards on Ray only)",
+    choices=lambda: SIM_SHARD_BACKENDS,
     optional=True,
 )
 
@@ -76,13 +72,11 @@ def run_sharded(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
     return run_sharded_sim(args, spec) if spec.runtime == "sim" else run_sharded_live(args, spec)
 
 
-def _backend(args: argparse.Namespace, here: str, allowed: tuple[str, ...], runtime: str) -> str:
-    """The backend ``args`` ask for among ``allowed`` (default: ray with an address, else ``here``)."""
-    backend = args.shard_backend or ("ray" if args.address is not None else here)
-    if backend not in allowed:
-        raise CommandError(f"--shard-backend {backend} is not for --runtime {runtime}: use {' or '.join(allowed)}")
-    if backend == here and args.address is not None:
-        raise CommandError(f"--address runs shards on Ray: it does not combine with --shard-backend {here}")
+def _sim_backend(args: argparse.Namespace) -> str:
+    """The simulation's shard backend ``args`` ask for (default: ray with an address, else inprocess)."""
+    backend = args.shard_backend or ("ray" if args.address is not None else "inprocess")
+    if backend == "inprocess" and args.address is not None:
+        raise CommandError("--address runs shards on Ray: it does not combine with --shard-backend inprocess")
     return backend
 
 
@@ -93,7 +87,7 @@ def run_sharded_sim(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
         from megaactors.cli.durable_common import run_checkpointed
 
         return run_checkpointed(args, spec, **sim_sharding(args))
-    backend = _backend(args, "inprocess", SIM_SHARD_BACKENDS, "sim")
+    backend = _sim_backend(args)
     from megaactors.runtime.sim_shards import ShardedSimulation
 
     runtime = spec.build(runtime_class=ShardedSimulation, shards=args.shards, backend=backend, address=args.address)
@@ -109,15 +103,19 @@ def sim_sharding(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     if args.shards is None:
         raise CommandError("--shard-backend and --address go with --shards K")
-    backend = _backend(args, "inprocess", SIM_SHARD_BACKENDS, "sim")
+    backend = _sim_backend(args)
     return {"shards": args.shards, "shard_backend": backend, "shard_address": args.address}
 
 
 def run_sharded_live(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
-    """``--shards K`` on the asyncio runtime: what cannot work is a :class:`CommandError`
-    found before anything starts; returns the run's summary."""
-    backend = _backend(args, "processes", LIVE_SHARD_BACKENDS, "asyncio")
-    if backend == "ray" and args.shards < 2:
+    """``--shards K`` on the asyncio runtime, as Ray actors: what cannot work is a
+    :class:`CommandError` (or a :class:`~megaactors.errors.ClusterError`) found before
+    anything starts; returns the run's summary."""
+    if args.shard_backend == "inprocess":
+        raise CommandError(
+            "--shard-backend inprocess is for --runtime sim: a sharded asyncio run's shards are Ray actors"
+        )
+    if args.shards < 2 and (args.shard_backend is not None or args.address is not None):
         raise CommandError("--shard-backend ray and --address place shards on Ray: they need --shards 2 or more")
     org = spec.organisation()
     units, what = (len(org.groups), "groups") if org.groups else (org.n, "agents")
@@ -125,12 +123,13 @@ def run_sharded_live(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
         raise CommandError(f"--shards {args.shards} is more than the organisation's {units} {what}: a shard holds "
                            f"whole {what}; use at most {units}")  # fmt: skip
     options: dict[str, Any] = {"shards": args.shards}
-    if backend == "ray":
-        if args.address is not None:
-            from megaactors.runtime.ray_cluster import check_reachable
+    if args.shards > 1:
+        from megaactors.runtime.ray_cluster import check_reachable, import_ray
 
+        if args.address is not None:
             check_reachable(args.address)  # a ClusterError line before the organisation is built again
-        options.update(transport="ray", address=args.address)
+        import_ray()  # a ClusterError line naming the extra when Ray is missing
+        options["address"] = args.address
     if args.time_scale is not None:
         options["time_scale"] = args.time_scale
     result = spec.execute(**options)

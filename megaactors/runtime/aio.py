@@ -29,11 +29,11 @@ from releasing the agents to the last one going Idle, divided by ``time_scale``.
 ``timer_tick_s > 0`` coalesces timers: every simulated wait ending within the same
 tick of that length is woken by one shared timer, at the end of the tick (waits
 are rounded up by less than one tick). It pays off with hundreds of thousands of
-concurrent waits. ``shards=k`` runs the agents in ``k`` processes, one event loop
+concurrent waits. ``shards=k`` runs the agents in ``k`` Ray actors, one event loop
 each (see :mod:`megaactors.runtime.aio_shards`), each with a :class:`Router` that
-sends what is not local to the other shards: forked processes on this machine, or
-with ``transport="ray"`` Ray actors on the cluster at ``address`` (default: the
-Ray this process is connected to, else a local instance).
+sends what is not local to the other shards, on the cluster at ``address``
+(default: the Ray this process is connected to, else a local instance started and
+stopped by the run).
 """
 
 from __future__ import annotations
@@ -59,12 +59,9 @@ from megaactors.runtime.mailboxes import Mailboxes
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 
-__all__ = ["EVENT_LOOPS", "SHARD_TRANSPORTS", "AsyncioRuntime", "Router", "new_event_loop"]
+__all__ = ["EVENT_LOOPS", "AsyncioRuntime", "Router", "new_event_loop"]
 
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
-SHARD_TRANSPORTS = ("sockets", "ray")
-"""How shards talk: socket pairs between forked processes on this machine
-(:mod:`~megaactors.runtime.shard_sockets`), or Ray actors (:mod:`~megaactors.runtime.ray_shards`)."""
 _STOP = object()  # resolves an Idle agent's wake-up future when the run is over
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
 _append = list.append
@@ -149,7 +146,6 @@ class AsyncioRuntime(LiveRuntime):
         event_loop: str = "auto",
         timer_tick_s: float = 0.0,
         shards: int = 1,
-        transport: str = "sockets",
         address: str | None = None,
         **option_fields: Any,
     ) -> None:
@@ -166,16 +162,11 @@ class AsyncioRuntime(LiveRuntime):
             raise ParameterError("faults need a single-process asyncio run (no shards)")
         if shards > 1 and self.core.provider is not None:
             check_shared_limits(org, self.core.provider, shards)
-        if transport not in SHARD_TRANSPORTS:
-            known = ", ".join(SHARD_TRANSPORTS)
-            raise ParameterError(f"unknown shard transport {transport!r}; expected one of {known}")
-        if address is not None and transport != "ray":
-            raise ParameterError("a Ray address needs the ray shard transport (transport='ray')")
-        self.transport = transport
-        """How shards talk (:data:`SHARD_TRANSPORTS`)."""
+        if address is not None and shards < 2:
+            raise ParameterError("address: a Ray cluster runs shards; give shards=2 or more")
         self.address = address
-        """With the ray transport: the cluster's ``HOST:PORT`` (None: the Ray this
-        process is connected to, else a local instance)."""
+        """The Ray cluster the shards run on, ``HOST:PORT`` (None: the Ray this process
+        is connected to, else a local instance)."""
         self.event_loop = event_loop
         self.timer_tick_s = float(timer_tick_s)
         self.shards = shards
@@ -226,7 +217,7 @@ class AsyncioRuntime(LiveRuntime):
     async def run_async(self) -> RunResult:
         """Run on the current event loop until every agent is Idle; return the result."""
         if self.shards > 1:
-            raise ParameterError("shards: a sharded run makes its own processes; call run(), not run_async()")
+            raise ParameterError("shards: a sharded run starts its own Ray actors; call run(), not run_async()")
         wall0 = time.perf_counter()
         with quiet_gc():
             starts = self.start_effects()

@@ -1,17 +1,15 @@
-"""The asyncio runtime sharded over processes: one event loop per core (the shard side).
+"""The asyncio runtime sharded over Ray actors: one event loop per CPU (the shard side).
 
 ``AsyncioRuntime(..., shards=k).run()`` cuts the agents into ``k`` contiguous id
 ranges (at group boundaries where it can, so that a group's chat stays inside one
-process) and runs each range as the asyncio runtime in a process of its own
-(forked, or a Ray actor's). A message for an agent of another shard travels with
+process) and runs each range as the asyncio runtime in a Ray actor of its own
+(:mod:`megaactors.runtime.ray_shards`). A message for an agent of another shard travels with
 its packet to that shard, batched: one batch per destination shard per event-loop
 turn; a broadcast to a channel (a group, the admins) travels once per shard and
 goes into that shard's copy of the channel's log. How batches travel, and where
-message ids come from, is the transport's (:class:`ShardLinks`): socket pairs
-between forked processes on one machine (:mod:`megaactors.runtime.shard_sockets`)
-or Ray actors on a cluster (:mod:`megaactors.runtime.ray_shards`). Either way the
-run's ids encode to the sizes of ids consecutive from 0, so counts and bytes are
-those of an unsharded run.
+message ids come from, is the transport's (:class:`ShardLinks`); the run's ids
+encode to the sizes of ids consecutive from 0, so counts and bytes are those of an
+unsharded run.
 
 The parent process only coordinates (:mod:`megaactors.runtime.shard_coordinator`).
 A shard that has no agent busy reports how many packets it has sent to and

@@ -16,6 +16,15 @@ those ids are consecutive from 0 as in an unsharded run; above, blocks of
 :data:`ID_BLOCK` ids, whose unused ends leave gaps among ids that all encode in 5
 bytes. Counts and bytes are thus those of an unsharded run while the run's ids
 stay below 2**32 (its messages plus the shards' unused ends).
+
+Ray actors are the one transport of sharded asyncio runs, on one machine too (a
+local instance is started when no cluster is given: 35-45 s on the loaded 2-core
+machine measured). Forked processes joined by socket pairs did this before; measured
+side by side there (``benchmarks/asyncio_million.py``, 2 shards, sides taking turns,
+load average 4-7), at 1,000,000 agents they took 225 s and 203 s wall, 4.66 GB
+summed RSS, Ray actors 135 s and 136 s (0.60x, 0.67x; Ray's start not counted),
+6.08 GB (1.30x, Ray's own processes included): Ray did not cost more than 1.5x, so
+the socket pairs went. See BENCHMARKS.md, "A million agents on asyncio".
 """
 
 from __future__ import annotations
@@ -156,7 +165,7 @@ class ShardActor:
         rt = AsyncioRuntime(**recipe)
         starts = rt.start_effects()  # every agent's, as in one process: they set the agents' states
         router = ShardRouter(rt, self.index, self.bounds, RayLinks(self, peers, allocator))
-        gc.disable()  # as a forked shard: one run, no cycles worth collecting
+        gc.disable()  # one run: what it allocates forms no cycle worth collecting
         rt.mark_start()
         try:
             with asyncio.Runner(loop_factory=lambda: new_event_loop(rt.event_loop)) as runner:

@@ -1,11 +1,9 @@
-"""The parent of a sharded asyncio run: it starts the shards over a transport,
-detects the end of the run and merges what they report (see
-:mod:`megaactors.runtime.aio_shards`).
+"""The parent of a sharded asyncio run: it starts the shards, detects the end of
+the run and merges what they report (see :mod:`megaactors.runtime.aio_shards`).
 
-The coordination is the same whatever carries it: a :class:`ShardTransport` starts
-the shards and carries the coordinator's messages to them and theirs back, either
-socket pairs between forked processes (:class:`~megaactors.runtime.shard_sockets.SocketTransport`)
-or Ray actors (:class:`~megaactors.runtime.ray_shards.RayTransport`).
+The shards are Ray actors (:class:`~megaactors.runtime.ray_shards.RayTransport`);
+the coordination itself only needs a :class:`ShardTransport`, which starts the
+shards and carries the coordinator's messages to them and theirs back.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ if TYPE_CHECKING:
     from megaactors.runtime.aio import AsyncioRuntime
     from megaactors.runtime.result import RunResult
 
-__all__ = ["ShardTransport", "run_sharded"]
+__all__ = ["Coordinator", "ShardTransport", "run_sharded"]
 
 
 class ShardTransport(Protocol):
@@ -48,8 +46,11 @@ class ShardTransport(Protocol):
         ...
 
 
-class _Coordinator:
-    """Detects the end of a sharded run and collects the shards' results."""
+class Coordinator:
+    """Detects the end of a sharded run and collects the shards' results: once every
+    shard has reported itself quiet and every packet sent has been received, it asks
+    each shard whether it is still quiet (a second wave, so that no report is stale)
+    and stops them all; an error or a lost shard aborts the others."""
 
     def __init__(self, transport: ShardTransport, count: int) -> None:
         self.transport = transport
@@ -62,6 +63,7 @@ class _Coordinator:
         """Wall seconds from the agents' release to the last shard's going quiet."""
 
     def run(self) -> None:
+        """Handle the shards' messages until each has sent its result or failed."""
         pending = set(range(self.count))
         while pending:
             for message in self.transport.wait(pending):
@@ -124,27 +126,24 @@ class _Coordinator:
 
 
 def run_sharded(rt: AsyncioRuntime) -> RunResult:
-    """Run ``rt`` over ``rt.shards`` shards on its transport (``rt.transport``);
-    merge and return the result."""
+    """Run ``rt`` over ``rt.shards`` Ray actors on the cluster at ``rt.address`` (see
+    :func:`~megaactors.runtime.ray_shards.ray_for_shards`); merge and return the result."""
     n, count = rt.org.n, rt.shards
     if count > n:
         raise ParameterError(f"shards: {count} shards for {n} agents; use at most one shard per agent")
-    if rt.transport == "ray":
-        from megaactors.runtime.ray_shards import RayTransport, ray_for_shards
+    from megaactors.runtime.ray_shards import RayTransport, ray_for_shards
 
-        with ray_for_shards(rt.address, count) as ray:
-            return _run(rt, RayTransport(ray))
-    from megaactors.runtime.shard_sockets import SocketTransport
-
-    return _run(rt, SocketTransport())
+    with ray_for_shards(rt.address, count) as ray:
+        return _run(rt, RayTransport(ray))
 
 
 def _run(rt: AsyncioRuntime, transport: ShardTransport) -> RunResult:
+    """Run ``rt`` over ``rt.shards`` shards that ``transport`` starts and reaches."""
     count = rt.shards
     wall0 = time.perf_counter()
     with quiet_gc():
         bounds = shard_bounds(rt.org, count)
-        coordinator = _Coordinator(transport, count)
+        coordinator = Coordinator(transport, count)
         try:
             transport.start(rt, bounds)
             released = time.monotonic() - rt.now() * rt.time_scale
