@@ -10,7 +10,9 @@ for work while the run lasts) from adding tens of millions of instructions of th
 own. Workloads: ``sim`` (a two-tier chat round of 2 rounds on the simulation),
 ``asyncio`` and ``pykka`` (3 rounds, zero-latency calls, as in ``live_runtimes.py``),
 ``durable`` (1 round checkpointed every super-step into SQLite, as in
-``checkpoint_overhead.py``). Group size G = round((2N)^(1/3)).
+``checkpoint_overhead.py``), ``net`` (1 round on the simulation placed on 2 machines,
+0.01 s within a group, 0.02 s between admins, 0.05 s between machines, 0.002 s jitter,
+as in ``sim_shards.py``: every copy is an event). Group size G = round((2N)^(1/3)).
 
     python benchmarks/instruction_counts.py --trees /tmp/old,. --workload sim --agents 2000
 
@@ -29,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-WORKLOADS = ("sim", "asyncio", "pykka", "durable")
+WORKLOADS = ("sim", "net", "asyncio", "pykka", "durable")
 
 
 def workload(kind: str, n: int) -> int:
@@ -45,6 +47,11 @@ def workload(kind: str, n: int) -> int:
     zero = SimulatedLLM(latency=LatencyModel(median_s=0.0, sigma=0.0, per_output_token_s=0.0))
     if kind == "sim":
         return SimRuntime(Organisation.two_tier(n, g), ChatRound(2), trace=False).run().ledger.messages
+    if kind == "net":
+        from megaactors.network import NetworkModel  # loaded with the simulation (absent from older trees)
+
+        net = NetworkModel({"intra": 0.01, "admin": 0.02}, 0.05, 0.002, machine_count=2)
+        return SimRuntime(Organisation.two_tier(n, g), ChatRound(), trace=False, network=net).run().ledger.messages
     if kind == "asyncio":
         rt = AsyncioRuntime(Organisation.two_tier(n, g), ChatRound(3), zero, trace=False, event_loop="uvloop")
         return rt.run().ledger.messages

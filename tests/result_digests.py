@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sample_behaviours import GitUser, Recruiter, ToolLoop
 
 from megaactors import ChatRound, LatencyModel, Organisation, SimulatedLLM
+from megaactors.network import FaultSpec, NetworkModel
 from megaactors.runtime import RUNTIMES
 
 DIGESTS = Path(__file__).resolve().parent / "data" / "result_digests.json"
@@ -84,6 +85,20 @@ def cases() -> dict[str, Callable[[], str]]:
         _sim(Organisation.two_tier(2000, 16, boss=True), ChatRound(2), 6)
     )
     out["sim/chat2/flat-300/s7"] = lambda: sim_digest(_sim(Organisation.flat(300), ChatRound(2), 7))
+    # through a network (recorded from the code before network copies due within the
+    # current event bucket went into a heap beside it): every copy is an event
+    placed = NetworkModel({"intra": 0.01, "admin": 0.02}, 0.05, 0.002, machine_count=2)
+    out["sim/net/two-tier-600-g8/machines2"] = lambda: sim_digest(
+        _sim(Organisation.two_tier(600, 8), ChatRound(2), 2, network=placed)
+    )
+    slow = NetworkModel({"intra": 0.3, "hierarchy": 0.05}, 0.0, 0.2)
+    out["sim/net/hierarchy-200-k4/jitter"] = lambda: sim_digest(
+        _sim(Organisation.hierarchy(200, 4), ChatRound(2), 3, network=slow)
+    )
+    faulty = FaultSpec(drop=0.05, duplicate=0.05, delay=0.05, crash=0.02, restart_s=0.5, timeout_s=0.4)
+    out["sim/net/two-tier-300-g7/faults"] = lambda: sim_digest(
+        _sim(Organisation.two_tier(300, 7), ChatRound(2), 4, network=placed, faults=faulty)
+    )
     out["sim/toolloop"] = lambda: sim_digest(_sim(Organisation.flat(6), ToolLoop(4), 5))
     out["sim/gituser"] = lambda: sim_digest(_sim(Organisation.flat(6), GitUser(), 6))
     out["sim/recruiter"] = lambda: sim_digest(_sim(Organisation.hierarchy(1, 3), Recruiter(), 7))

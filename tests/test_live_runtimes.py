@@ -431,3 +431,25 @@ def check_scrambled_chat(shards: int) -> None:
 
 def test_every_copy_keeps_its_own_message_id() -> None:
     check_scrambled_chat(shards=1)
+
+
+@pytest.mark.parametrize("name", sorted(LIVE))
+@pytest.mark.parametrize("options", [{}, {"max_concurrent_llm": 3}, {"serial": True}], ids=["plain", "slots", "serial"])
+@pytest.mark.parametrize("trace", [False, True])
+def test_the_plain_cycle_is_chosen_once_and_agrees_with_the_simulation(
+    name: str, options: dict[str, Any], trace: bool
+) -> None:
+    org = Organisation.two_tier(60, 6)
+    ref = SimRuntime(Organisation.two_tier(60, 6), ChatRound(3), fixed_llm(0.0), trace=False).run()
+    rt = LIVE[name](org, ChatRound(3), fixed_llm(0.0), trace=trace, **options)
+    got = rt.run()
+    assert rt.plain is (not options)  # no gate: every woken agent runs the plain cycle
+    a, b = ref.ledger, got.ledger
+    assert (b.messages, b.bytes, b.messages_by_channel) == (a.messages, a.bytes, a.messages_by_channel)
+    for column in ("sent", "received"):  # per-agent bytes follow the order ids are handed out in
+        assert list(b.per_agent[column]) == list(a.per_agent[column])
+    assert got.states == ref.states
+    calls, batches = b.per_agent["llm_calls"], b.per_agent["batches"]
+    assert [calls[i] - batches[i] for i in range(org.n)] == starts_of(org, 3)
+    assert b.peak_llm_in_flight >= 1 and all(agent.phase.name == "IDLE" for agent in rt.agents)
+    assert (got.trace is not None) is trace

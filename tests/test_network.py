@@ -48,6 +48,36 @@ def test_lookahead_is_the_cross_machine_minimum():
     assert NetworkModel({"intra": 0.01, "admin": 0.02, "hierarchy": 0.03}).lookahead_s == 0.01
 
 
+def test_least_latency_and_the_event_calendar_width():
+    from megaactors.core.llm import LatencyModel, SimulatedLLM
+    from megaactors.runtime.sim_queues import event_width
+
+    placed = NetworkModel({"intra": 0.01, "admin": 0.0}, cross_s=0.004, machine_count=2)
+    assert placed.least_latency_s == 0.004
+    assert NetworkModel({"intra": 0.01}, cross_s=0.004).least_latency_s == 0.01  # not placed: no cross copies
+    assert NetworkModel(jitter_s=0.1).least_latency_s == 0.0
+    llm = SimulatedLLM(latency=LatencyModel(median_s=0.8))
+    assert event_width(llm, None) == event_width(llm, NetworkModel(jitter_s=0.1)) == 0.05
+    assert event_width(llm, placed) == 0.004
+    assert event_width(llm, NetworkModel({"intra": 2.0})) == 0.05
+
+
+def test_copies_that_cannot_fail_take_the_short_way_with_the_same_result():
+    """A fault spec that never strikes (a partition long after the run) sends every
+    copy through the per-copy decisions; without it, a latency-only run sends them
+    packet by packet: both must give the same run, copy for copy."""
+    net = NetworkModel({"intra": 0.01, "admin": 0.0, "hierarchy": 0.3}, cross_s=0.05, jitter_s=0.002, machine_count=2)
+    never = FaultSpec(partitions=(Partition(1e6, 2e6, machines=(1,)),))
+    for org in (lambda: Organisation.two_tier(60, 6), lambda: Organisation.hierarchy(40, 3)):
+        short = SimRuntime(org(), ChatRound(rounds=2), seed=5, trace=True, network=net)
+        long = SimRuntime(org(), ChatRound(rounds=2), seed=5, trace=True, network=net, faults=never)
+        assert short.network_delivery.latency_only and not long.network_delivery.latency_only
+        a, b = short.run(), long.run()
+        assert same(a.summary()) == same(b.summary())
+        assert a.ledger.agent_rows(a.org) == b.ledger.agent_rows(b.org)
+        assert a.trace.as_dict() == b.trace.as_dict() and a.states == b.states
+
+
 def test_no_network_and_no_faults_is_the_plain_simulation():
     org = Organisation.two_tier(30, 5)
     plain = run(org, rounds=2, seed=3).summary()

@@ -9,6 +9,7 @@ arithmetic. The tests check that arithmetic against the real encoder.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
 from typing import Any, overload
@@ -359,10 +360,17 @@ _STR_SIZES: dict[str, int] = {}
 
 def payload_size(payload: Any) -> int:
     """Bytes msgpack uses for a payload."""
+    packer = getattr(_packers, "packer", None)
+    if packer is None:  # one per thread: a packer keeps its buffer between calls
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
     try:
-        return len(msgpack.packb(payload, use_bin_type=True))
+        return len(packer.pack(payload))
     except (TypeError, ValueError, OverflowError) as exc:
         raise MessageError(f"payload is not serializable: {exc}") from exc
+
+
+_packers = threading.local()
+"""This thread's msgpack packer (``msgpack.packb`` makes a new one, and its buffer, per call)."""
 
 
 _FLOAT_SIZE = 9  # msgpack packs a Python float as float 64

@@ -54,6 +54,13 @@ class NetworkModel:
         check_seconds("net_jitter", self.jitter_s)
 
     @property
+    def least_latency_s(self) -> float:
+        """The least minimum latency above 0 of a copy on any channel or between two
+        machines (0 when every copy arrives at once or after its jitter alone)."""
+        cross = (self.cross_s,) if self.placed else ()
+        return min((s for s in (*self.latency_s.values(), *cross) if s > 0), default=0.0)
+
+    @property
     def lookahead_s(self) -> float:
         """The least latency of a message between two machines (the lookahead of a
         simulation sharded by machine); the least latency of any message when every

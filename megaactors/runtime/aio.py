@@ -39,7 +39,6 @@ stopped by the run).
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -52,10 +51,11 @@ from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
 from megaactors.runtime.aio_shards import check_shared_limits
+from megaactors.runtime.aio_timers import CoalescedTimers
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
-from megaactors.runtime.live import Acquire, Ask, Cycle, LiveRuntime, Sleep
-from megaactors.runtime.mailboxes import Mailboxes
+from megaactors.runtime.live import Acquire, Ask, Cycle, CycleWait, LiveRuntime, Sleep
+from megaactors.runtime.mailboxes import Mailboxes, gather
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 
@@ -106,28 +106,6 @@ class Router(Protocol):
         """Raise :class:`~megaactors.errors.ParameterError` unless ``agent`` may do
         ``what`` here (``recruit``, or take the named tool lock ``lock <name>``)."""
         ...
-
-
-class _Timers:
-    """Coalesced sleeps: one loop timer per tick wakes every wait ending in it."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, tick_s: float) -> None:
-        self.loop = loop
-        self.tick = tick_s
-        self.buckets: dict[int, asyncio.Future[None]] = {}
-
-    def sleep(self, delay: float) -> asyncio.Future[None]:
-        key = math.ceil((time.monotonic() + delay) / self.tick)
-        fut = self.buckets.get(key)
-        if fut is None:
-            fut = self.buckets[key] = self.loop.create_future()
-            self.loop.call_later(max(0.0, key * self.tick - time.monotonic()), self._fire, key)
-        return fut
-
-    def _fire(self, key: int) -> None:
-        fut = self.buckets.pop(key)
-        if not fut.done():
-            fut.set_result(None)
 
 
 class AsyncioRuntime(LiveRuntime):
@@ -183,7 +161,7 @@ class AsyncioRuntime(LiveRuntime):
         self._waking = False
         self._active = 0
         self._done: asyncio.Future[None] | None = None
-        self._timers: _Timers | None = None
+        self._timers: CoalescedTimers | None = None
 
     def shard_recipe(self) -> dict[str, Any]:
         """The arguments that build this runtime again (one process's part of a run
@@ -240,7 +218,7 @@ class AsyncioRuntime(LiveRuntime):
             self.mailboxes = Mailboxes(self.org, self.inboxes, self.router.local if self.router else None)
         self._done = loop.create_future()
         if self.timer_tick_s > 0:
-            self._timers = _Timers(loop, self.timer_tick_s)
+            self._timers = CoalescedTimers(loop, self.timer_tick_s)
         self._active = len(agents)
         create_task, agent_main = loop.create_task, self._agent_main
         self.tasks = [create_task(agent_main(a, eff)) for a, eff in zip(agents, starts, strict=True)]
@@ -320,26 +298,34 @@ class AsyncioRuntime(LiveRuntime):
             if start is not None or mail.pending(a.id):  # type: ignore[union-attr]
                 await self._drive(a, self.cycle(a, start))
             loop = asyncio.get_running_loop()
-            wakers, idle = self._wakers, mail.idle  # type: ignore[union-attr]
+            wakers, reads, aid = self._wakers, mail.reads, a.id  # type: ignore[union-attr]
+            activation = self.plain_cycle if self.plain else self.activation  # chosen once
             while True:
                 fut = loop.create_future()
-                wakers[a.id] = fut
-                idle(a.id)
+                wakers[aid] = fut
+                for log in reads[aid]:  # Mailboxes.idle, inlined
+                    log.idle.add(aid)
                 self._active -= 1
                 if not self._active:
                     self._quiescent()
                 if await fut is _STOP:
                     return
-                await self._drive(a, self.cycle(a, None))
+                cycle = activation(a)
+                wait = next(cycle, None)  # most activations wait for nothing: no coroutine for them
+                if wait is not None:
+                    await self._drive(a, cycle, wait)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
             self.fail(exc)
 
-    async def _drive(self, a: Agent, cycle: Cycle) -> None:
-        """Run ``cycle``, awaiting each of its waits; if a wait raises (the task was
-        cancelled), the cycle is closed (releasing what it holds) and it propagates."""
-        for wait in cycle:
+    async def _drive(self, a: Agent, cycle: Cycle, wait: CycleWait | None = None) -> None:
+        """Run ``cycle`` (from its first wait ``wait`` if already yielded), awaiting
+        each of its waits; if a wait raises (the task was cancelled), the cycle is
+        closed (releasing what it holds) and it propagates."""
+        if wait is None:
+            wait = next(cycle, None)
+        while wait is not None:
             try:
                 if type(wait) is Sleep:
                     if wait.seconds > 0:
@@ -355,6 +341,7 @@ class AsyncioRuntime(LiveRuntime):
             except BaseException:
                 cycle.close()
                 raise
+            wait = next(cycle, None)
 
     def wake_waiter(self, waiter: Any) -> bool:
         if waiter.done():  # its task was cancelled
@@ -370,20 +357,38 @@ class AsyncioRuntime(LiveRuntime):
     # ------------------------------------------------------------------ messages
 
     def take(self, a: Agent, woken: bool) -> Batch:
-        self.move(a, PROCESSING)
-        packets, copy_bytes = self.mailboxes.take(a.id)  # type: ignore[union-attr]
-        batch = Batch(a.id, packets)
-        self.account_batch(a, batch, self.postman.account_batch(a.id, len(packets), copy_bytes))
+        if self.trace is None and a.phase is not PROCESSING:  # Agent.transition, inlined: the legal move
+            a.phase = PROCESSING
+        else:
+            self.move(a, PROCESSING)
+        count, copy_bytes, parts = self.mailboxes.take_later(a.id)  # type: ignore[union-attr]
+        batch = Batch(a.id, parts[0] if len(parts) == 1 and type(parts[0]) is list else gather(parts))
+        nbytes = self.postman.account_batch(a.id, count, copy_bytes)
+        if self.trace is None:  # LiveRuntime.account_batch, inlined
+            a.batch_tokens = -(-nbytes // self.core.bytes_per_token)
+        else:
+            self.account_batch(a, batch, nbytes)
         return batch
 
     def respond(self, a: Agent) -> tuple[bool, Batch | None]:
-        self.move(a, RESPONSE)
+        plain = self.trace is None and a.phase is PROCESSING  # Agent.transition, inlined: the legal moves
+        if plain:
+            a.phase = RESPONSE
+        else:
+            self.move(a, RESPONSE)
         if a.outbox:
             self.deliver(a)
-        if not self.mailboxes.pending(a.id):  # type: ignore[union-attr]
+        aid = a.id
+        if a.inbox:
+            return False, None
+        for log in self.mailboxes.reads[aid]:  # type: ignore[union-attr]  # Mailboxes.pending, inlined
+            if log.cursors[aid] < log.end:
+                return False, None
+        if plain:
+            a.phase = IDLE
+        else:
             self.move(a, IDLE)
-            return True, None
-        return False, None
+        return True, None
 
     def queued(self, a: Agent) -> int:
         return len(a.inbox) if self.mailboxes is None else self.mailboxes.queued(a.id)
@@ -397,7 +402,8 @@ class AsyncioRuntime(LiveRuntime):
             self._deliver_copies(a, now)
             return
         mail = self.mailboxes
-        stamp, post, compact = postman.stamp, mail.post, mail.compact  # type: ignore[union-attr]
+        stamp, post, compact, share = postman.stamp, mail.post, mail.compact, mail.share  # type: ignore[union-attr]
+        dirty_logs, reads = mail.dirty, mail.reads  # type: ignore[union-attr]
         inboxes, dirty = self.inboxes, self._dirty
         lo, hi = (router.local.start, router.local.stop) if router is not None else (0, 0)
         for send in a.outbox:
@@ -405,6 +411,10 @@ class AsyncioRuntime(LiveRuntime):
                 postman.next_message_id = router.reserve(len(send.recipients))
             packets = stamp(sender, send, now)
             if postman.broadcast and len(packets) == 1:
+                if router is None:  # into the sender's logs (compacted), each looked at for Idle readers
+                    share(packets[0])
+                    dirty_logs.update(reads[sender])
+                    continue
                 compact(packets[0])
                 if not post(packets[0]) and router is not None:  # some members live in other processes
                     router.forward(packets[0], True)
@@ -416,7 +426,8 @@ class AsyncioRuntime(LiveRuntime):
                 _consume(map(_append, map(inboxes.__getitem__, recipients), repeat(packet)))
                 dirty.update(recipients)
         a.outbox = []
-        self.wake_soon()
+        if not self._waking:
+            self.wake_soon()
 
     def _deliver_copies(self, a: Agent, now: float) -> None:
         """Flush the out-queue copy by copy through :attr:`live_faults` (into private
@@ -450,12 +461,13 @@ class AsyncioRuntime(LiveRuntime):
     def _wake_dirty(self) -> None:
         wakers, inboxes, woken = self._wakers, self.inboxes, 0
         mail = self.mailboxes
-        busy = mail.busy  # type: ignore[union-attr]
+        reads = mail.reads  # type: ignore[union-attr]
         for r in self._dirty:
             fut = wakers[r]
             if fut is not None and inboxes[r]:  # Idle, and not emptied meanwhile
                 wakers[r] = None
-                busy(r)
+                for read in reads[r]:  # Mailboxes.busy, inlined
+                    read.idle.discard(r)
                 fut.set_result(None)
                 woken += 1
         self._dirty.clear()
@@ -467,7 +479,8 @@ class AsyncioRuntime(LiveRuntime):
             for r in [r for r in log.idle if cursors[r] < end]:
                 fut = wakers[r]
                 wakers[r] = None
-                busy(r)
+                for read in reads[r]:  # Mailboxes.busy, inlined
+                    read.idle.discard(r)
                 fut.set_result(None)  # type: ignore[union-attr]
                 woken += 1
         self._waking = False

@@ -8,15 +8,20 @@ With thousands of calls in flight, a binary heap over all events compares each
 popped event with about ``2 log2 n`` others scattered in memory; here an event is
 appended to its bucket, sorted with its neighbours in time, and read in place.
 
-The simulation's main loop reads :attr:`current` from :attr:`index` directly (one
-attribute read per event instead of a call); everything else goes through methods.
+An event due within the bucket being consumed (a network copy's latency is shorter
+than the bucket width) goes into :attr:`soon`, a heap beside it, rather than into
+the sorted bucket (inserting into the middle of a list moves every later entry); the
+next event is the lesser of ``current[index]`` and ``soon[0]``.
+
+The simulation's main loop reads :attr:`current` from :attr:`index` and :attr:`soon`
+directly (attribute reads per event instead of a call); everything else goes
+through methods.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from bisect import insort
 from collections.abc import Iterable
 
 __all__ = ["Event", "EventQueue", "superstep_end"]
@@ -36,7 +41,7 @@ def superstep_end(t: float, step_s: float) -> float:
 class EventQueue:
     """Events ordered by ``(time, sequence)``, bucketed by time."""
 
-    __slots__ = ("_buckets", "_keys", "current", "current_key", "index", "inverse_width")
+    __slots__ = ("_buckets", "_keys", "current", "current_key", "index", "inverse_width", "soon")
 
     def __init__(self, width: float, events: Iterable[Event] = ()) -> None:
         if not width > 0 or width == float("inf"):
@@ -49,6 +54,9 @@ class EventQueue:
         """The bucket being consumed, sorted; entries before :attr:`index` are done."""
         self.index = 0
         self.current_key = -1
+        self.soon: list[Event] = []
+        """Events due within the current bucket pushed after it was sorted (a heap;
+        always this one list)."""
         for event in events:
             self.push(event)
 
@@ -56,7 +64,7 @@ class EventQueue:
         """Schedule ``event`` (its time is never before the last event popped)."""
         key = int(event[0] * self.inverse_width)  # monotone in time: same bucket for equal times
         if key <= self.current_key:
-            insort(self.current, event, lo=self.index)
+            heapq.heappush(self.soon, event)
             return
         bucket = self._buckets.get(key)
         if bucket is None:
@@ -66,9 +74,9 @@ class EventQueue:
             bucket.append(event)
 
     def refill(self) -> bool:
-        """Move on to the next non-empty bucket once the current one is done; False
-        when no event is left."""
-        if self.index < len(self.current):
+        """Move on to the next non-empty bucket once the current one and :attr:`soon`
+        are done; False when no event is left."""
+        if self.index < len(self.current) or self.soon:
             return True
         if not self._keys:
             return False
@@ -78,14 +86,24 @@ class EventQueue:
         self.current, self.index, self.current_key = bucket, 0, key
         return True
 
+    def _from_soon(self) -> bool:
+        """Whether the next event is ``soon[0]`` (rather than ``current[index]``);
+        call after :meth:`refill` returned True."""
+        soon, current, i = self.soon, self.current, self.index
+        return bool(soon) and (i == len(current) or soon[0] < current[i])
+
     def peek(self) -> Event | None:
         """The next event, left in place (None when there is none)."""
-        return self.current[self.index] if self.refill() else None
+        if not self.refill():
+            return None
+        return self.soon[0] if self._from_soon() else self.current[self.index]
 
     def pop(self) -> Event:
         """Remove and return the next event (IndexError when there is none)."""
         if not self.refill():
             raise IndexError("no event is pending")
+        if self._from_soon():
+            return heapq.heappop(self.soon)
         event = self.current[self.index]
         self.index += 1
         return event
@@ -93,12 +111,13 @@ class EventQueue:
     def events(self) -> list[Event]:
         """Every pending event, in no particular order."""
         pending = self.current[self.index :]
+        pending.extend(self.soon)
         for bucket in self._buckets.values():
             pending.extend(bucket)
         return pending
 
     def __len__(self) -> int:
-        return len(self.current) - self.index + sum(map(len, self._buckets.values()))
+        return len(self.current) - self.index + len(self.soon) + sum(map(len, self._buckets.values()))
 
     def __bool__(self) -> bool:
-        return self.index < len(self.current) or bool(self._keys)
+        return self.index < len(self.current) or bool(self.soon) or bool(self._keys)

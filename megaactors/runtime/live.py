@@ -54,6 +54,7 @@ from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter
 from megaactors.runtime.live_faults import live_faults_for
+from megaactors.runtime.live_waits import STARTS, Aborted, Acquire, Ask, Cycle, CycleWait, Sleep
 from megaactors.runtime.net_delivery import NetworkState, report
 from megaactors.runtime.options import DEFAULT_TIME_SCALE, RuntimeOptions
 from megaactors.runtime.result import RunResult
@@ -76,58 +77,6 @@ def is_async_llm(llm: Any) -> bool:
     """True if ``llm`` answers with ``await llm.acomplete(...)`` (a real endpoint)
     rather than ``llm.complete(...)`` plus a simulated wait."""
     return inspect.iscoroutinefunction(getattr(llm, "acomplete", None))
-
-
-class Acquire:
-    """Wait until ``gate`` is held."""
-
-    __slots__ = ("gate",)
-
-    def __init__(self, gate: FifoGate[Agent]) -> None:
-        self.gate = gate
-
-
-class Sleep:
-    """Wait ``seconds`` (of wall time; virtual time on a virtual clock) for ``what``:
-    an ``llm`` call's latency or a ``tool`` call's duration."""
-
-    __slots__ = ("seconds", "what")
-
-    def __init__(self, seconds: float, what: str) -> None:
-        self.seconds = seconds
-        self.what = what
-
-
-class Ask:
-    """Call an LLM that answers by itself with ``args`` (see
-    :meth:`~megaactors.runtime.interpreter.Interpreter.llm_args`); the driver puts
-    the answer in :attr:`reply`."""
-
-    __slots__ = ("args", "reply")
-
-    def __init__(self, args: tuple[int, int, LLMRequest, int, int]) -> None:
-        self.args = args
-        self.reply: LLMReply | None = None
-
-
-class _Starts:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "STARTS"
-
-
-STARTS = _Starts()
-"""Wait until every agent's start effects have reached their first wait."""
-
-CycleWait = Acquire | Sleep | Ask | _Starts
-"""What a cycle yields: what its agent waits for."""
-Cycle = Generator[CycleWait, Any, None]
-"""One agent from Idle (or its start) back to Idle."""
-
-
-class Aborted(Exception):
-    """Another agent failed: this one stops where it is."""
 
 
 class LiveRuntime(ABC):
@@ -178,6 +127,13 @@ class LiveRuntime(ABC):
         """Held while shared records change: a lock (in one thread, never contended,
         and cheaper to enter than a no-op context manager written in Python)."""
         self.started = False
+        self.plain = False
+        self.start_barrier = self.idle_hook = True
+        """Whether :meth:`all_started` and :meth:`went_idle` do anything here (decided
+        by :meth:`start_effects`: whether the runtime overrides them)."""
+        """Whether no rare feature is set (no serial token, LLM slots, provider model,
+        observer of paid calls, or LLM that answers by itself): an agent woken from
+        Idle then runs :meth:`plain_cycle` (decided once, by :meth:`start_effects`)."""
         self.error: BaseException | None = None
         """The first exception raised inside an agent; it ends the run."""
         self._t0 = 0.0
@@ -203,7 +159,22 @@ class LiveRuntime(ABC):
         if self.started:
             raise RuntimeError("this run has already started")
         self.started = True
-        return self.core.start_effects(0.0)
+        core, cls = self.core, type(self)
+        self.start_barrier = cls.all_started is not LiveRuntime.all_started
+        self.idle_hook = cls.went_idle is not LiveRuntime.went_idle
+        self.plain = (
+            self.token is None
+            and self.llm_slots is None
+            and not self.asks_llm
+            and core.provider is None
+            and core.llm_observer is None
+        )
+        return core.start_effects(0.0)
+
+    def activation(self, a: Agent, woken: bool = True) -> Cycle:
+        """The cycle of ``a`` from Idle (``woken`` by a message): :meth:`plain_cycle`
+        when :attr:`plain` holds, else :meth:`cycle`."""
+        return self.plain_cycle(a, woken) if self.plain else self.cycle(a, None, woken)
 
     def context(self, a: Agent) -> AgentContext:
         """The context of ``a``'s next callback, now."""
@@ -284,6 +255,9 @@ class LiveRuntime(ABC):
         through Processing and Response until Idle with nothing queued."""
         core, token = self.core, self.token
         starting = eff is not None and not self.all_started()  # these are its start effects
+        if self.plain and not starting:
+            yield from self.plain_cycle(a, woken, None, eff)
+            return
         batch: Batch | None = None
         while True:
             if token is not None:
@@ -327,6 +301,80 @@ class LiveRuntime(ABC):
             if token is not None and token.waiting:
                 self.move(a, IDLE)
                 self.release(token, a)
+            elif self.plain and not starting:  # the start effects are over: on as from Idle
+                yield from self.plain_cycle(a, False, batch)
+                return
+
+    def plain_cycle(
+        self, a: Agent, woken: bool = True, batch: Batch | None = None, eff: Effects | None = None
+    ) -> Cycle:
+        """:meth:`cycle` when :attr:`plain` holds: ``a`` from its start effects
+        ``eff`` (every agent's past their first wait), from Idle, or from Response
+        with the next ``batch`` if already taken. No gate to take, and each LLM call
+        drawn from the simulated model (the interpreter's ``batch_effects``,
+        ``draw_llm``, ``llm_started``, ``record_llm`` and ``reply_effects``, inlined:
+        this runs once per activation)."""
+        core, shared, ledger, behaviour = self.core, self.shared, self.ledger, self.behaviour
+        org, recruited, complete, apply, now = self.org, core.recruited, self.llm.complete, core.apply, self.now
+        if eff is None and self.start_barrier and not self.all_started():
+            yield STARTS
+        while True:
+            if self.error is not None:  # the run is failing: stop here
+                raise Aborted
+            if eff is not None:
+                self.move(a, PROCESSING)
+            else:
+                if batch is None:
+                    batch = self.take(a, woken)
+                    woken = False
+                ctx = AgentContext(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+                try:
+                    eff = behaviour.on_batch(ctx, a.data, batch)
+                except Exception as exc:
+                    raise core.batch_error(a, batch, exc) from exc
+            wait = apply(a, eff)
+            while wait is not None:
+                if type(wait) is not LLMRequest:
+                    eff = yield from self.tool_call(a, wait)  # type: ignore[arg-type]
+                    wait = apply(a, eff)
+                    continue
+                memory, index = a.memory, a.calls
+                new_tokens = a.batch_tokens if wait.new_tokens is None else wait.new_tokens
+                reply = complete(a.id, index, wait, sum(memory), new_tokens)
+                delay = reply.latency_s * self.time_scale
+                with shared:
+                    in_flight = core.in_flight + 1
+                    if in_flight > ledger.peak_llm_in_flight:
+                        ledger.peak_llm_in_flight = in_flight
+                    if reply.failed is None:
+                        a.calls = index + 1
+                        ledger.record_llm(a.id, reply)
+                    core.in_flight = in_flight if delay > 0 else in_flight - 1
+                if delay > 0:
+                    try:
+                        yield Sleep(delay, "llm")
+                    finally:
+                        with shared:
+                            core.in_flight -= 1
+                if self.error is not None:
+                    raise Aborted
+                if new_tokens:
+                    memory.append(new_tokens)
+                memory.append(reply.tokens_out)
+                if len(memory) > core.window:
+                    del memory[: len(memory) - core.window]
+                ctx = AgentContext(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+                try:
+                    eff = behaviour.on_reply(ctx, a.data, reply)
+                except Exception as exc:
+                    raise core.reply_error(a, reply, exc) from exc
+                wait = apply(a, eff)
+            eff = None
+            idle, batch = self.respond(a)
+            if idle:
+                if self.idle_hook:
+                    self.went_idle(a)
+                return
 
     def llm_call(self, a: Agent, request: LLMRequest) -> Generator[Any, Any, Effects]:
         """One LLM call: a slot (``max_concurrent_llm``), the call, its latency; then

@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from megaactors.core.agent import Agent
 from megaactors.core.behaviour import ReportsWaiting
+from megaactors.core.llm import stream_uniform
 from megaactors.core.messages import Packet, int_size
 from megaactors.network import FaultDecisions, FaultSpec, NetworkModel
+from megaactors.network.decisions import JITTER_STREAM
 from megaactors.runtime.machine_link import MachineLink, Outgoing
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ __all__ = [
 
 ARRIVE, RESEND, RESTART = 0, 1, 2
 """Kinds of network event: a copy arrives, a lost copy is sent again, an agent restarts."""
+_COPY_FAULTS = ("drop", "duplicate", "delay")
 
 COUNTERS = (
     "drop",
@@ -138,11 +141,16 @@ class NetworkDelivery:
         self.faults = decisions.faults
         self.state = NetworkState()
         faults = self.faults
-        self._may = {kind: faults.may(kind) for kind in ("drop", "duplicate", "delay")}
+        self._may = {kind: faults.may(kind) for kind in _COPY_FAULTS}
         """Which faults can happen at all (those that cannot are never drawn)."""
         self._may["partition"] = bool(faults.partitions)
         self._may["latency"] = not decisions.network.instant
         self.dedup = faults.dedup and self._may["duplicate"]
+        self.may_crash = bool(faults.crash)
+        """Whether an agent can crash as it takes a batch (:meth:`crash_on_take` is
+        asked only then: it reads the ledger's per-agent batch counts)."""
+        self.latency_only = not self.may_crash and not any(self._may[k] for k in (*_COPY_FAULTS, "partition"))
+        """Whether a copy can only be late (no fault): :meth:`deliver` takes the short way."""
         self.link: MachineLink | None = None
         """Machines and their counters when groups are placed on two or more."""
 
@@ -150,13 +158,45 @@ class NetworkDelivery:
 
     def deliver(self, a: Agent) -> None:
         """Flush ``a``'s out-queue into the network."""
-        stamp, now, sender, send_copy = self.postman.stamp, self.host.now, a.id, self.send_copy
-        for send in a.outbox:
-            for packet in stamp(sender, send, now):
-                first = packet.first_id
-                for i, r in enumerate(packet.recipients):
-                    send_copy(packet, r, 0, first + i)
+        stamp, now, sender = self.postman.stamp, self.host.now, a.id
+        if self.latency_only:
+            send_late = self._send_late
+            for send in a.outbox:
+                for packet in stamp(sender, send, now):
+                    send_late(packet)
+        else:
+            send_copy = self.send_copy
+            for send in a.outbox:
+                for packet in stamp(sender, send, now):
+                    first = packet.first_id
+                    for i, r in enumerate(packet.recipients):
+                        send_copy(packet, r, 0, first + i)
         a.outbox = []
+
+    def _send_late(self, packet: Packet) -> None:
+        """:meth:`send_copy` of every first copy of ``packet`` when no fault can happen
+        (:attr:`latency_only`): :meth:`FaultDecisions.latency
+        <megaactors.network.FaultDecisions.latency>` and :meth:`arrive_after`, inlined,
+        as this runs once per copy."""
+        network, link, host, transit = self.decisions.network, self.link, self.host, self.state.transit
+        seed, jitter, now, schedule = self.decisions.seed, network.jitter_s, host.now, host.schedule_network
+        near = network.latency_s.get(packet.channel, 0.0)
+        machine_of = link.machine_of if link is not None else ()
+        known = len(machine_of)  # agents recruited later: link.machine
+        home = link.machine(packet.sender) if link is not None else 0
+        mid = packet.first_id
+        for r in packet.recipients:
+            far = bool(known) and (machine_of[r] if r < known else link.machine(r)) != home  # type: ignore[union-attr]
+            latency = network.cross_s if far else near
+            if jitter:
+                latency += jitter * stream_uniform(seed, mid, r, JITTER_STREAM)
+            mid += 1
+            if latency <= 0:
+                host.enqueue(r, packet)  # arrive(), when nothing is down and nothing repeats
+            elif far:
+                self._arrive_from_afar(now + latency, link, packet, r)  # type: ignore[arg-type]
+            else:
+                transit[schedule(now + latency)] = (ARRIVE, packet, r, 0)
 
     def send_copy(self, packet: Packet, recipient: int, attempt: int, mid: int | None = None) -> None:
         """Decide the fate of one copy (message id ``mid``) sent now (``attempt`` 0
@@ -185,17 +225,20 @@ class NetworkDelivery:
             self.arrive(packet, recipient, attempt)
             return
         link = self.link
-        if link is not None:
-            sender, to = link.machine(packet.sender), link.machine(recipient)
-            if sender != to:  # keyed by the sending machine (see machine_link)
-                key, time = link.next_key(sender), self.host.now + latency
-                if link.local is not None and to != link.local:
-                    link.outbox.append((time, key, packet, recipient, attempt))
-                    return
-                self.host.schedule_keyed(time, key)
-                self.state.transit[key] = (ARRIVE, packet, recipient, attempt)
-                return
+        if link is not None and link.machine(packet.sender) != link.machine(recipient):
+            self._arrive_from_afar(self.host.now + latency, link, packet, recipient, attempt)
+            return
         key = self.host.schedule_network(self.host.now + latency)
+        self.state.transit[key] = (ARRIVE, packet, recipient, attempt)
+
+    def _arrive_from_afar(self, at: float, link: MachineLink, packet: Packet, recipient: int, attempt: int = 0) -> None:
+        """A copy between two machines arrives at time ``at``: keyed by the sending
+        machine (see machine_link); in a shard, one for another machine leaves."""
+        key = link.next_key(link.machine(packet.sender))
+        if link.local is not None and link.machine(recipient) != link.local:
+            link.outbox.append((at, key, packet, recipient, attempt))
+            return
+        self.host.schedule_keyed(at, key)
         self.state.transit[key] = (ARRIVE, packet, recipient, attempt)
 
     def arrive_from(self, copies: Iterable[Outgoing]) -> None:
@@ -223,7 +266,10 @@ class NetworkDelivery:
         entry = self.state.transit.pop(key)
         kind = entry[0]
         if kind == ARRIVE:
-            self.arrive(entry[1], entry[2], entry[3])
+            if self.latency_only:  # arrive(), when nothing is down and nothing repeats
+                self.host.enqueue(entry[2], entry[1])
+            else:
+                self.arrive(entry[1], entry[2], entry[3])
         elif kind == RESEND:
             packet, recipient = entry[1], entry[2]
             counts = self.state.counts

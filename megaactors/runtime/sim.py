@@ -22,6 +22,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from heapq import heappop
 from itertools import repeat
 from typing import Any
 
@@ -39,7 +40,7 @@ from megaactors.runtime.net_delivery import NetworkState, network_for, report
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim_placement import SimPlacement
-from megaactors.runtime.sim_queues import SimQueues
+from megaactors.runtime.sim_queues import SimQueues, event_width
 from megaactors.runtime.sim_retry import ProviderCalls
 from megaactors.runtime.sim_state import START, SimObserver, SimState, ToolInFlight
 from megaactors.runtime.sim_tools import ToolCalls
@@ -86,15 +87,15 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         self._bind()
         self._net = network_for(self, self.postman, behaviour, options, machine)
         """The network messages go through (None: each arrives at once, exactly once)."""
+        self._crashes = self._net is not None and self._net.may_crash  # asked at each take if so
         self._machine_ledger = self._place_on_machines(machine)
         self._open_mail()
         self._awake = bytearray(org.n)
         """1 while an agent is busy or queued to run: a delivery need not wake it."""
         self.now = 0.0
-        median = getattr(getattr(llm, "latency", None), "median_s", 0.0) or 1.0
-        self._events_width = median / 16
+        self._events_width = event_width(llm, self._net.decisions.network if self._net is not None else None)
         self._events = EventQueue(self._events_width)
-        """Pending events (a calendar of time buckets 1/16 of the median latency wide)."""
+        """Pending events (a calendar of time buckets, see :func:`event_width`)."""
         self._seq = 0
         self._ready: deque[int] = deque()
         self._token: FifoGate[Agent] | None = FifoGate() if options.serial else None
@@ -113,8 +114,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         core = self.core
         self.agents, self.ledger, self.trace, self.postman = core.agents, core.ledger, core.trace, core.postman
         self._apply_effects, self._issue_llm = core.apply, core.issue_llm
-        self._recruited = core.recruited
-        self._draw = core.llm.complete
+        self._recruited, self._draw = core.recruited, core.llm.complete
         self._plain_llm = self._llm_slots is None and core.provider is None and core.llm_observer is None
         """Whether a call starts at once (:meth:`_call_llm_now`): no slot, provider model
         or observer of paid calls is set."""
@@ -184,18 +184,25 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         # step(), inlined: this is the main loop of a run
         events, agents, complete, ready, wake = self._events, self.agents, self._completion(), self._ready, self._wake
         log = self.observer.events if self.observer is not None else None
+        soon, pop_soon = events.soon, heappop
         ran = 0
         while True:
-            # EventQueue.pop, inlined: read the current bucket in place
+            # EventQueue.pop, inlined: the current bucket read in place, or its side heap
             current, i = events.current, events.index
-            if i == len(current):
-                if not events.refill():
+            if soon and (i == len(current) or soon[0] < current[i]):
+                t, _, aid = soon[0]
+                if t >= until:
                     break
-                current, i = events.current, 0
-            t, _, aid = current[i]
-            if t >= until:
-                break
-            events.index = i + 1
+                pop_soon(soon)
+            else:
+                if i == len(current):
+                    if not events.refill():
+                        break
+                    current, i = events.current, 0
+                t, _, aid = current[i]
+                if t >= until:
+                    break
+                events.index = i + 1
             self.now = t
             if log is not None:
                 log.append(aid)
@@ -244,7 +251,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         same instant; when it names no recruits it is handed on unchanged, as a fresh
         one would be equal to it (this saves one object per activation)."""
         now, trace = self.now, self.trace
-        if self._net is not None and a.pending is not START and self._net.crash_on_take(a):
+        if self._crashes and a.pending is not START and self._net.crash_on_take(a):  # type: ignore[union-attr]
             return
         if trace is None and a.phase is not PROCESSING:  # Agent.transition, inlined (see _respond)
             a.phase = PROCESSING

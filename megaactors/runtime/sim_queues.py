@@ -11,15 +11,28 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 from megaactors.core.agent import IDLE, RESPONSE, Agent
 from megaactors.core.messages import Packet
 from megaactors.core.trace import Trace
+from megaactors.network import NetworkModel
 from megaactors.runtime.events import EventQueue
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.mailboxes import Mailboxes
 
-__all__ = ["SimQueues"]
+__all__ = ["SimQueues", "event_width"]
+
+
+def event_width(llm: Any, network: NetworkModel | None) -> float:
+    """The width of the event calendar's buckets: 1/16 of the LLM's median latency, or
+    the least latency above 0 of a network copy when that is shorter (each copy is an
+    event: one due a bucket or more ahead is appended to its bucket, where one due
+    within the bucket being consumed goes into its side heap). The order of events is
+    the same whatever the width."""
+    width = (getattr(getattr(llm, "latency", None), "median_s", 0.0) or 1.0) / 16
+    least = network.least_latency_s if network is not None else 0.0
+    return min(width, least) if least > 0 else width
 
 
 class SimQueues:

@@ -163,7 +163,7 @@ class StepRuntime(LiveRuntime):
                         agents[r].inbox.append(packet)
                         if not busy[r]:
                             busy[r] = 1
-                            ready.append((agents[r], self.cycle(agents[r], None, woken=True)))
+                            ready.append((agents[r], self.activation(agents[r])))
             a.outbox = []
         if a.inbox:
             return False, None

@@ -280,7 +280,7 @@ class PykkaRuntime(LiveRuntime):
         """Run the agent until Idle (``woken``: by a message while Idle); record the
         first exception and end the run."""
         try:
-            self._drive(a, self.cycle(a, eff, woken))
+            self._drive(a, self.cycle(a, eff) if eff is not None else self.activation(a, woken))
         except Aborted:
             return
         except Exception as exc:
