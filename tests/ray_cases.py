@@ -272,6 +272,30 @@ def test_the_sharded_simulation_on_the_cluster_equals_the_in_process_one(cluster
     assert ray_summary == local_summary and ray_summary["messages"] > 0
 
 
+def test_a_sharded_simulation_checkpointed_on_the_cluster_resumes_without_it(
+    cluster: LocalRayCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from megaactors.cli import main
+
+    argv = ["-n", "120", "-g", "10", "-r", "2", "--machines", "4", "--net-latency", "intra=0.01,cross=0.05"]
+    db = str(tmp_path / "runs.db")
+    whole = megaactors("run", *argv, "--shards", "2", "--address", cluster.address, "--checkpoint", db,
+                       "--run-id", "r", "--checkpoint-every", "40", "--json")  # fmt: skip
+    assert whole.returncode == 0, whole.stderr
+    summaries = [json.loads(whole.stdout)]
+    assert main(["fork", "--db", db, "--run-id", "r", "--step", "40", "--new-run-id", "again"]) == 0
+    capsys.readouterr()
+    for command in (
+        ["resume", "--checkpoint", db, "--run-id", "again", "--shard-backend", "inprocess"],
+        ["run", *argv],
+    ):
+        assert main([*command, "--json"]) == 0
+        summaries.append(json.loads(capsys.readouterr().out))
+    for s in summaries:
+        s.pop("wall_s")
+    assert summaries[0] == summaries[1] == summaries[2] and summaries[0]["messages"] > 0
+
+
 def test_a_node_lost_mid_sweep_costs_only_its_runs_in_flight(cluster: LocalRayCluster, tmp_path: Path) -> None:
     """Last: it kills the cluster's second node."""
     victim = cluster.nodes[-1]

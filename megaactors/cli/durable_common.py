@@ -22,6 +22,7 @@ __all__ = [
     "add_lease_option",
     "add_store_option",
     "check_budget",
+    "check_shardable_run",
     "execute_under_lease",
     "open_for",
     "options_from_args",
@@ -32,7 +33,13 @@ __all__ = [
 LEASE = Param(
     "lease", float, "lease length; the holder renews it every third of it", unit="s", minimum=0.1, maximum=86_400
 )
-CHECKPOINT_EVERY = Param("checkpoint_every", int, "checkpoint every N super-steps", minimum=1, maximum=10**9)
+CHECKPOINT_EVERY = Param(
+    "checkpoint_every",
+    int,
+    "checkpoint every N super-steps (windows of a sharded simulation)",
+    minimum=1,
+    maximum=10**9,
+)
 STEP_SECONDS = Param(
     "step_seconds",
     float,
@@ -93,6 +100,18 @@ def preflight(specs: Sequence[Any]) -> None:
         start_in_memory(spec)
 
 
+def check_shardable_run(spec: Any, options: Any) -> None:
+    """Refuse (one line) a sharded run the simulation cannot cut, or whose Ray cluster
+    does not answer, before anything is written."""
+    from megaactors.durable.sharded import sharded_simulation
+
+    sharded_simulation(spec, options)
+    if options.shard_address is not None:
+        from megaactors.runtime.ray_cluster import check_reachable
+
+        check_reachable(options.shard_address)
+
+
 def add_durable_options(parser: argparse.ArgumentParser, *, with_store: bool) -> None:
     """Options of a checkpointed run (``with_store``: also ``--checkpoint DB --run-id ID``)."""
     if with_store:
@@ -120,7 +139,9 @@ def run_id(text: str) -> str:
     return text
 
 
-def options_from_args(args: argparse.Namespace) -> Any:
+def options_from_args(args: argparse.Namespace, **sharding: Any) -> Any:
+    """The durable options ``args`` give; ``sharding``: ``shards``, ``shard_backend``
+    and ``shard_address`` of a sharded run."""
     from megaactors.durable import DurableOptions
 
     return DurableOptions(
@@ -129,6 +150,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         billing_url=args.bill,
         interrupt_at=getattr(args, "interrupt_at", None),
         interrupt_when=getattr(args, "interrupt_when", None),
+        **sharding,
     )
 
 
@@ -212,8 +234,9 @@ def _cell(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def run_checkpointed(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
-    """``megaactors run --checkpoint DB --run-id ID``: a new run, checkpointed as it goes."""
+def run_checkpointed(args: argparse.Namespace, spec: Any, **sharding: Any) -> dict[str, Any]:
+    """``megaactors run --checkpoint DB --run-id ID``: a new run, checkpointed as it goes
+    (``sharding``: the sharded simulation's ``shards``, ``shard_backend``, ``shard_address``)."""
     from megaactors import __version__
     from megaactors.durable import RunExistsError, owner_id
 
@@ -221,8 +244,10 @@ def run_checkpointed(args: argparse.Namespace, spec: Any) -> dict[str, Any]:
         raise CommandError("a checkpointed run needs both --checkpoint DB and --run-id ID")
     if spec.runtime != "sim":
         raise CommandError(f"checkpointed runs use the sim runtime, not {spec.runtime!r}")
-    options = options_from_args(args)
+    options = options_from_args(args, **sharding)
     preflight([spec])
+    if options.shards is not None:
+        check_shardable_run(spec, options)
     store = open_for(args.db, create=True)
     try:
         try:

@@ -1,4 +1,5 @@
-"""``megaactors inspect``: a checkpointed run's agents at its newest checkpoint."""
+"""``megaactors inspect``: a checkpointed run's agents at its newest checkpoint (a
+sharded run's from every machine's state)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ def register(sub: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     from megaactors.durable.checkpointing import restored
+    from megaactors.durable.sharded import restored_machines
 
     if args.agents < 1:
         raise CommandError(f"--agents must be at least 1, got {args.agents}")
@@ -38,24 +40,35 @@ def handle(args: argparse.Namespace) -> int:
         latest = store.latest(args.run_id)
         if latest is None:
             raise CommandError(f"run {args.run_id!r} has no checkpoint yet")
-        rt = restored(store, args.run_id, latest.step)
-    costs = {row["agent"]: row for row in rt.ledger.agent_rows(rt.org)}
+        if run.options.get("shards") is None:
+            rt = restored(store, args.run_id, latest.step)
+            sims, machine_of = {0: rt}, [0] * rt.org.n
+        else:  # a sharded run: each machine's simulation holds its own agents
+            sims, machine_of = restored_machines(store, args.run_id, latest.step)
+    costs = {m: {row["agent"]: row for row in sim.ledger.agent_rows(sim.org)} for m, sim in sims.items()}
     agents = []
-    for a in rt.agents:
-        row = costs.get(a.id, {})
+    for aid, m in enumerate(machine_of):
+        sim, row = sims[m], costs[m].get(aid, {})
+        a = sim.agents[aid]
         agents.append({
-            "agent": a.id, "phase": a.phase.name, "queued": rt.queued(a.id), "llm_calls": row.get("llm_calls", 0),
+            "agent": aid, "phase": a.phase.name, "queued": sim.queued(aid), "llm_calls": row.get("llm_calls", 0),
             "tokens_in": row.get("tokens_in", 0), "tokens_out": row.get("tokens_out", 0),
             "cost_usd": row.get("cost_usd", 0.0), "state": a.data,
         })  # fmt: skip
-    head = {"run": run.run_id, "status": run.status, "step": latest.step, "virtual_time_s": rt.now,
-            "reason": run.error, "messages": rt.ledger.messages, "cost_usd": rt.ledger.cost_usd}  # fmt: skip
+    now = max(sim.now for sim in sims.values())
+    messages = sum(sim.ledger.messages for sim in sims.values())
+    cost_usd = sum(sim.ledger.cost_usd for sim in sims.values())
+    head = {"run": run.run_id, "status": run.status, "step": latest.step, "virtual_time_s": now,
+            "reason": run.error, "messages": messages, "cost_usd": cost_usd}  # fmt: skip
+    if len(sims) > 1:
+        head["shards"] = run.options["shards"]
     if args.json:
         print(json.dumps({**head, "agents": agents}, sort_keys=True, default=str))
         return 0
     why = f" — {run.error}" if run.error else ""
-    print(f"run {run.run_id}: {run.status} at super-step {latest.step}, {rt.now:g} s virtual; "
-          f"{rt.ledger.messages:,} messages, ${rt.ledger.cost_usd:.4f} so far{why}")  # fmt: skip
+    where = f"window {latest.step} on {head['shards']} shard(s)" if "shards" in head else f"super-step {latest.step}"
+    print(f"run {run.run_id}: {run.status} at {where}, {now:g} s virtual; "
+          f"{messages:,} messages, ${cost_usd:.4f} so far{why}")  # fmt: skip
     print(table(agents[: args.agents], AGENT_COLUMNS))
     if len(agents) > args.agents:
         print(f"... {len(agents) - args.agents:,} more agents (--agents N, or --json for all)")

@@ -13,10 +13,12 @@ from megaactors.cli.durable_common import (
     add_lease_option,
     add_store_option,
     check_budget,
+    check_shardable_run,
     execute_under_lease,
     open_for,
     run_id,
 )
+from megaactors.cli.shards import add_shard_options
 from megaactors.validation import Param
 
 __all__ = ["WAIT", "print_summary", "register"]
@@ -60,6 +62,7 @@ def register(sub: Any) -> None:
     p.add_argument("--who", default=None, help="who makes the edits (default: USER@host)")
     add_lease_option(p)
     add_budget_options(p)
+    add_shard_options(p)
     p.set_defaults(handler=handle)
 
 
@@ -67,7 +70,9 @@ def handle(args: argparse.Namespace) -> int:
     from megaactors import __version__
     from megaactors.durable import DurableOptions, RunQueue, owner_id
     from megaactors.durable.holders import holder_is_dead
+    from megaactors.durable.sharded import check_resumable
     from megaactors.durable.store import check_header
+    from megaactors.errors import StateError
     from megaactors.experiments.spec import ParameterError, RunSpec
 
     # everything that can be wrong is checked read-only first: a refused resume writes nothing
@@ -86,6 +91,7 @@ def handle(args: argparse.Namespace) -> int:
             options = DurableOptions.from_dict(run.options)
         except (ParameterError, TypeError) as exc:
             raise CommandError(f"run {args.run_id!r} has bad parameters: {exc}") from exc
+        options = sharding_of(args, options)
         check_budget(args, [spec])
         deadline = time.monotonic() + args.wait
         while run.held and not holder_is_dead(run.owner):  # wait read-only: a claim would queue behind its writes
@@ -98,8 +104,17 @@ def handle(args: argparse.Namespace) -> int:
             run = ro.get_run(args.run_id)
         latest = ro.latest(args.run_id)
         if latest is not None:
-            check_header(latest.state or b"", where=f"run {args.run_id!r} step {latest.step}")
+            where = f"run {args.run_id!r} step {latest.step}"
+            check_header(latest.state or b"", where=where)
+            try:
+                check_resumable(latest, options.shards, where)
+            except StateError as exc:
+                raise CommandError(str(exc)) from None
     edits = _edits(args)
+    if options.shards is not None:
+        if edits:
+            raise CommandError(f"run {args.run_id!r} is sharded: --set-state and --send edit one simulation's agents")
+        check_shardable_run(spec, options)
     if edits and latest is None:
         raise CommandError(f"run {args.run_id!r} has no checkpoint yet: there is no state to edit")
     store = open_for(args.db)
@@ -109,6 +124,26 @@ def handle(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return print_summary(summary, args.json)
+
+
+def sharding_of(args: argparse.Namespace, options: Any) -> Any:
+    """The run's durable ``options`` with the shard backend and address this resume
+    asks for; ``--shards K`` must name the number of shards the run was checkpointed on."""
+    from dataclasses import replace
+
+    from megaactors.cli.shards import sharding
+
+    if not sharding(args):
+        return options
+    rid = args.run_id
+    if options.shards is None:
+        raise CommandError(f"run {rid!r} is not sharded: resume it without --shards, --shard-backend or --address")
+    if args.shards is not None and args.shards != options.shards:
+        raise CommandError(f"run {rid!r} was checkpointed on {options.shards} shard(s): it resumes on "
+                           f"--shards {options.shards}, not {args.shards}")  # fmt: skip
+    backend = args.shard_backend or ("ray" if args.address is not None else options.shard_backend)
+    address = args.address if args.address is not None or args.shard_backend else options.shard_address
+    return replace(options, shard_backend=backend, shard_address=address)
 
 
 def _edits(args: argparse.Namespace) -> Any:

@@ -23,6 +23,7 @@ __all__ = [
     "run_sharded_live",
     "run_sharded_sim",
     "sharding",
+    "sim_sharding",
 ]
 
 SHARDS = Param(
@@ -64,8 +65,10 @@ def run_sharded(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
         raise CommandError("--shard-backend and --address go with --shards K")
     if spec.runtime not in ("sim", "asyncio"):
         raise CommandError(f"--shards splits a run on --runtime sim or asyncio; got --runtime {spec.runtime}")
-    if args.trace_out is not None or args.collect is not None or args.db or args.run_id or args.endpoint:
-        raise CommandError("--shards does not combine with --trace-out, --collect, --checkpoint or --endpoint")
+    if args.trace_out is not None or args.collect is not None or args.endpoint:
+        raise CommandError("--shards does not combine with --trace-out, --collect or --endpoint")
+    if (args.db or args.run_id) and spec.runtime != "sim":
+        raise CommandError("--shards with --checkpoint checkpoints the sharded simulation: it needs --runtime sim")
     return run_sharded_sim(args, spec) if spec.runtime == "sim" else run_sharded_live(args, spec)
 
 
@@ -78,7 +81,12 @@ def _sim_backend(args: argparse.Namespace) -> str:
 
 
 def run_sharded_sim(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
-    """``--shards K`` on the simulation: cut by machine, in this process or on Ray."""
+    """``--shards K`` on the simulation: cut by machine, in this process or on Ray;
+    with ``--checkpoint DB --run-id ID`` checkpointed in the store, window by window."""
+    if args.db or args.run_id:
+        from megaactors.cli.durable_common import run_checkpointed
+
+        return run_checkpointed(args, spec, **sim_sharding(args))
     backend = _sim_backend(args)
     from megaactors.runtime.sim_shards import ShardedSimulation
 
@@ -86,6 +94,17 @@ def run_sharded_sim(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:
     result = runtime.run()
     result.params = spec.result_params()
     return result.summary()
+
+
+def sim_sharding(args: argparse.Namespace) -> dict[str, Any]:
+    """The durable options of a checkpointed sharded simulation that ``args`` ask
+    for: ``shards``, ``shard_backend``, ``shard_address`` (none without ``--shards``)."""
+    if not sharding(args):
+        return {}
+    if args.shards is None:
+        raise CommandError("--shard-backend and --address go with --shards K")
+    backend = _sim_backend(args)
+    return {"shards": args.shards, "shard_backend": backend, "shard_address": args.address}
 
 
 def run_sharded_live(args: argparse.Namespace, spec: RunSpec) -> dict[str, Any]:

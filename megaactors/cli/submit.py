@@ -21,12 +21,14 @@ from megaactors.cli.durable_common import (
     add_durable_options,
     add_store_option,
     check_budget,
+    check_shardable_run,
     new_run_id,
     open_for,
     options_from_args,
     preflight,
     run_id,
 )
+from megaactors.cli.shards import add_shard_options, sim_sharding
 from megaactors.experiments.spec import RunSpec
 from megaactors.redact import redact
 from megaactors.validation import Param
@@ -54,6 +56,7 @@ def register(sub: Any) -> None:
     add_store_option(p)
     add_run_options(p)
     add_durable_options(p, with_store=False)
+    add_shard_options(p)
     p.add_argument(
         "--grid",
         action="append",
@@ -104,12 +107,15 @@ def handle(args: argparse.Namespace) -> int:
     from megaactors.durable import RunQueue
 
     spec = spec_from_args(args)
-    options = options_from_args(args)
+    options = options_from_args(args, **sim_sharding(args))
     specs = grid_specs(spec, args.grid)
     other = sorted({s.runtime for s in specs} - {"sim"})
     if other:
         raise CommandError(f"queued runs use the sim runtime, not {', '.join(map(repr, other))}")
     check_budget(args, specs)
+    if options.shards is not None:
+        for s in specs:
+            check_shardable_run(s, options)
     # the first run of each behaviour and topology is started in memory before anything is queued
     kinds: dict[tuple[str, str, str], RunSpec] = {}
     for s in specs:

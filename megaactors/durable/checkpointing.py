@@ -48,6 +48,7 @@ from megaactors.durable.interrupts import EditRefused, HumanEdits, RunInterrupte
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.packable import pack_checked
 from megaactors.durable.runqueue import retry_busy
+from megaactors.durable.sharded import check_sharding, run_sharded
 from megaactors.durable.state import DurableSim, StateError
 from megaactors.durable.store import (
     CheckpointLog,
@@ -95,6 +96,13 @@ class DurableOptions:
     """Stop for a human once the run reaches this virtual time (:mod:`~megaactors.durable.interrupts`)."""
     interrupt_when: str | None = None
     """Stop for a human once the ledger meets this condition (``cost_usd>0.5``)."""
+    shards: int | None = None
+    """Run the sharded simulation on this many shards, a full checkpoint every
+    ``checkpoint_every`` windows (:mod:`~megaactors.durable.sharded`); None: unsharded."""
+    shard_backend: str = "inprocess"
+    """Where a sharded run's shards run: ``inprocess`` or ``ray``."""
+    shard_address: str | None = None
+    """The Ray cluster of shard backend ``ray`` (None: a local Ray instance)."""
 
     def __post_init__(self) -> None:
         every = self.checkpoint_every
@@ -112,6 +120,9 @@ class DurableOptions:
         url = self.billing_url
         if url is not None and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
             raise ParameterError(f"billing url must be an http(s) URL, got {url!r}")
+        unshared = {"interrupts (interrupt at/when)": at is not None or self.interrupt_when is not None,
+                    "billing through the outbox": url is not None}  # fmt: skip
+        check_sharding(self.shards, self.shard_backend, self.shard_address, unshared)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DurableOptions:
@@ -122,7 +133,10 @@ class DurableOptions:
         return cls(**d)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.shards is None:  # stored as before sharded runs existed: older versions read them
+            del d["shards"], d["shard_backend"], d["shard_address"]
+        return d
 
 
 @dataclass
@@ -281,7 +295,12 @@ def run_durable(
     behaviour states and sends them a human's messages before it goes on, written as a
     checkpoint of their own (with who and when) so that every later resume replays them.
     A behaviour's :class:`~megaactors.core.behaviour.Interrupt` stops the run at the end
-    of its super-step (:class:`RunInterrupted`, trigger ``effect``), checkpointed."""
+    of its super-step (:class:`RunInterrupted`, trigger ``effect``), checkpointed.
+    Options naming shards run the sharded simulation instead (:func:`run_sharded`)."""
+    if options is not None and options.shards is not None:
+        if edits or behaviour is not None or tools is not None:
+            raise ParameterError("a sharded checkpointed run takes no human edits, behaviour or tools of its own")
+        return run_sharded(store, lease, spec, options, lost=lost, progress=progress or Progress(), on_step=on_step)
     tracer = tracer if tracer is not None else spans.tracer()
     if tracer is None:
         return _run_durable(store, lease, spec, options, lost, behaviour, tools, progress, on_step, None, edits)
@@ -448,6 +467,8 @@ def fork_run(
     if params is None or params == source.params:
         store.fork(run_id, step, new_run_id)
         return
+    if source.options.get("shards") is not None:
+        raise ParameterError(f"run {run_id!r} is sharded: a fork copies its checkpoints, with the same parameters")
     new_spec = RunSpec.from_dict(params)  # the new parameters must be valid too
     rt = restored(store, run_id, step)
     packed = pack_state(rt.full())

@@ -21,7 +21,9 @@ cluster at ``address`` or a local Ray instance).
 What the whole run shares has no place in a shard and is refused: serial mode,
 ``max_concurrent_llm``, a provider model (run-scope rate limits), faults,
 recruiting and named tool locks (the last two when they happen). A sharded run
-keeps no trace; ``peak_llm_in_flight`` is the sum of the machines' peaks.
+keeps no trace; ``peak_llm_in_flight`` is the sum of the machines' peaks. Its
+checkpoints (:meth:`ShardedSimulation.run`) go to a durable store through
+:mod:`megaactors.durable.sharded`.
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ class ShardedSimulation:
         checkpoint_every: int | None = None,
         on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
         resume_from: dict[str, Any] | None = None,
+        on_window: Callable[[int], None] | None = None,
     ) -> RunResult:
         """Run every window until nothing is left; return the merged result.
 
@@ -135,7 +138,9 @@ class ShardedSimulation:
         state as plain data (each machine's :meth:`DurableSim.full()
         <megaactors.durable.state.DurableSim.full>` once the copies between shards
         are delivered); ``resume_from`` continues from such a checkpoint, taken with
-        the same organisation, behaviour, options and number of shards."""
+        the same organisation, behaviour, options and number of shards (and takes
+        no checkpoint of the window it resumes at). ``on_window`` gets the number of
+        windows run after each one (it may raise to stop the run)."""
         if checkpoint_every is not None and (checkpoint_every < 1 or on_checkpoint is None):
             raise ParameterError("checkpoint_every must be >= 1 and comes with on_checkpoint")
         durable = checkpoint_every is not None or resume_from is not None
@@ -148,12 +153,13 @@ class ShardedSimulation:
             else:
                 reports = call("restore", [(self._check_checkpoint(resume_from, s),) for s in range(self.shards)])
                 self.windows = resume_from["windows"]
+            resumed_at = self.windows
             while True:
                 soonest = min(r.next_time for r in reports)
                 if soonest == float("inf"):
                     break
                 incoming = _by_recipient_shard(reports, self.shards)
-                if checkpoint_every is not None and self.windows and self.windows % checkpoint_every == 0:
+                if checkpoint_every is not None and self.windows != resumed_at and self.windows % checkpoint_every == 0:
                     reports = call("accept", [(incoming[s],) for s in range(self.shards)])
                     incoming = [[] for _ in range(self.shards)]
                     described = {m: d for ds in call("full", every) for m, d in ds.items()}
@@ -163,6 +169,8 @@ class ShardedSimulation:
                 until = soonest + self.options.network.lookahead_s  # type: ignore[union-attr]
                 reports = call("advance", [(until, incoming[s]) for s in range(self.shards)])
                 self.windows += 1
+                if on_window is not None:
+                    on_window(self.windows)
             parts: list[MachinePart] = [p for ps in call("parts", every) for p in ps]
             self.shard_peak_rss_kb = call("peak_rss_kb", every)
         return merge_parts(self.org, self.machines, parts, time.perf_counter() - wall0)
