@@ -10,9 +10,11 @@ for work while the run lasts) from adding tens of millions of instructions of th
 own. Workloads: ``sim`` (a two-tier chat round of 2 rounds on the simulation),
 ``asyncio`` and ``pykka`` (3 rounds, zero-latency calls, as in ``live_runtimes.py``),
 ``durable`` (1 round checkpointed every super-step into SQLite, as in
-``checkpoint_overhead.py``), ``net`` (1 round on the simulation placed on 2 machines,
-0.01 s within a group, 0.02 s between admins, 0.05 s between machines, 0.002 s jitter,
-as in ``sim_shards.py``: every copy is an event). Group size G = round((2N)^(1/3)).
+``checkpoint_overhead.py``), ``bare`` (that run without checkpoints: the ratio of
+the two is the checkpoints' overhead in instructions), ``net`` (1 round on the
+simulation placed on 2 machines, 0.01 s within a group, 0.02 s between admins, 0.05 s
+between machines, 0.002 s jitter, as in ``sim_shards.py``: every copy is an event).
+Group size G = round((2N)^(1/3)).
 
     python benchmarks/instruction_counts.py --trees /tmp/old,. --workload sim --agents 2000
 
@@ -31,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-WORKLOADS = ("sim", "net", "asyncio", "pykka", "durable")
+WORKLOADS = ("sim", "net", "asyncio", "pykka", "durable", "bare")
 
 
 def workload(kind: str, n: int) -> int:
@@ -58,6 +60,8 @@ def workload(kind: str, n: int) -> int:
     if kind == "pykka":
         return PykkaRuntime(Organisation.two_tier(n, g), ChatRound(3), zero, trace=False).run().ledger.messages
     spec = RunSpec(topology="two-tier", agents=n, group_size=g, rounds=1, seed=1)
+    if kind == "bare":
+        return spec.execute().ledger.messages
     with tempfile.TemporaryDirectory() as d, open_store(Path(d) / "s.db", create=True) as store:
         lease = store.create_run("r", spec.as_dict(), {}, version="bench", owner="bench", lease_s=3600)
         return run_durable(store, lease, spec, DurableOptions(checkpoint_every=1, step_s=1.0)).ledger.messages

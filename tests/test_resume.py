@@ -118,6 +118,12 @@ def _outcome(rt: Any) -> tuple[str, Any]:
     return json.dumps(summary, sort_keys=True), ([a.data for a in rt.agents], trace)
 
 
+def _heads(rt: Any) -> list[int]:
+    """Each agent's first waiting message id (-1: none)."""
+    mail = rt.snapshot().mail
+    return [mail.head(a) for a in range(len(rt.agents))]
+
+
 def _wire(x: Any) -> Any:
     return msgpack.unpackb(msgpack.packb(x), strict_map_key=False)
 
@@ -168,11 +174,13 @@ def test_restoring_any_step_continues_exactly(
     rt = _runtime(DurableSim, *args)
     rt.start()
     snapshots = [_wire(rt.genesis() if genesis else rt.full())]
+    heads = [_heads(rt)]
     i = 0
     while not rt.finished:
         rt.advance(superstep_end(rt.next_event_time, window))
         full = fulls[i % len(fulls)]
         i += 1
+        heads.append(_heads(rt))
         snapshots.append(_wire(rt.full() if full else rt.delta()))
     assert _outcome(rt) == expected  # noting changes does not change the run
     if not NETS[net]:  # a run without a network or provider model writes what it always did
@@ -184,6 +192,7 @@ def test_restoring_any_step_continues_exactly(
         restored = _runtime(DurableSim, *args)
         restored.restore_chain(_wire(snapshots[base : k + 1]))
         assert all(type(a) is int for _, _, a in restored.snapshot().events)
+        assert _heads(restored) == heads[k], f"in-queues restored at step {k} (full at {base})"
         restored.run()
         assert _outcome(restored) == expected, f"restored at step {k} (full at {base})"
 

@@ -64,8 +64,11 @@ def _event_positions(state: SimState) -> tuple[list[tuple[float, int, int]], np.
     return events, where
 
 
-def encode_agent_rows(state: SimState, ids: list[int], memory_kinds: np.ndarray | None) -> dict[str, Any]:
-    """The records of agents ``ids`` by column (memory ``kinds`` None: all in full)."""
+def encode_agent_rows(
+    state: SimState, ids: list[int], memory_kinds: np.ndarray | None, heads: np.ndarray | None = None
+) -> dict[str, Any]:
+    """The records of agents ``ids`` by column (memory ``kinds`` None: all in full;
+    ``heads``: their in-queue heads when the caller knows them, else looked up)."""
     chosen = list(map(state.agents.__getitem__, ids))
     phase, data, batch_tokens, pending, outbox = (list(map(get, chosen)) for get in _AGENT)
     memory: list[Any]
@@ -96,7 +99,8 @@ def encode_agent_rows(state: SimState, ids: list[int], memory_kinds: np.ndarray 
                 other[i] = [2, p.new_tokens, r.tokens_out, r.stage, p.first, p.attempt, t, seq]
             else:
                 other[i] = [1, *encode_request(p)]
-    heads = np.fromiter(map(state.mail.head, ids), dtype=np.int64, count=len(ids))
+    if heads is None:
+        heads = np.fromiter(map(state.mail.head, ids), dtype=np.int64, count=len(ids))
     provider: dict[str, Any] = {}
     if state.limits is not None:
         provider["calls"] = array("q", (a.calls for a in chosen)).tobytes()

@@ -240,6 +240,7 @@ class DurableSim(SimRuntime):
         changed = np.zeros(len(agents), dtype=bool)
         for c, col in columns.items():
             changed |= cells_changed(col, self._shadow_ledger[c])
+        took = cells_changed(columns["batches"], self._shadow_ledger["batches"])  # took its whole in-queue
         started = self._shadow_started - state.start_effects.keys() if self._shadow_started else set()
         noted = tracker.touched_agents | started
         if state.limits is not None:  # admitted to an LLM slot, a first attempt refused leaves no ledger trace
@@ -253,35 +254,20 @@ class DurableSim(SimRuntime):
             ran[self._shadow_net.crashed(net)] += 2  # stored in full
         changed |= ran > 0
         at = np.flatnonzero(changed)
-        rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]))
+        packets, receivers = tracker.collect_packets(members_changed=len(state.recruiters) != self._shadow_recruits)
+        awake = np.frombuffer(bytes(state.awake), dtype=np.uint8)
+        heads, stored = self._new_heads(state, changed, took, receivers, awake)
+        rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]), heads[at])
         llm_at_mark = np.zeros(len(agents), dtype=bool)
         llm_at_mark[: len(self._llm_at_mark)] = self._llm_at_mark
         llm_at_mark[at] = False
         llm_at_mark[at[np.frombuffer(rows["llm"][0], dtype=np.int64)]] = True
-        packets, receivers = tracker.collect_packets(members_changed=len(state.recruiters) != self._shadow_recruits)
-        # a head moves when an agent takes its queue (it changed) or when a queue that
-        # was empty fills up while its agent is busy (awake): only those are looked at
-        shadow = self._shadow_heads
-        if len(shadow) < len(agents):
-            shadow.extend([-1] * (len(agents) - len(shadow)))
-        awake = np.frombuffer(bytes(state.awake), dtype=np.uint8)
-        heads = np.frombuffer(shadow, dtype=np.int64)
-        heads[at] = np.frombuffer(rows["heads"], dtype=np.int64)
-        filled = np.zeros(len(agents), dtype=bool)
-        filled[receivers] = True
-        filled &= (heads == -1) & (awake == 1) & ~changed
-        del heads
-        candidates = np.flatnonzero(filled).tolist()
-        found = list(map(state.mail.head, candidates))
-        head_ids = [a for a, h in zip(candidates, found, strict=True) if h >= 0]
-        head_values = [h for h in found if h >= 0]
-        np.frombuffer(shadow, dtype=np.int64)[head_ids] = head_values
         out = self._common(state)
         out.update(
             kind="delta",
             n=len(agents),
             agents=rows,
-            heads=[head_ids, head_values],
+            heads=[stored.tolist(), heads[stored].tolist()],
             awake=diff_cells(awake, np.frombuffer(self._shadow_awake, dtype=np.uint8)),
             packets=packets,
             ledger_rows={c: pick_cells(col, at) for c, col in columns.items()},
@@ -295,6 +281,36 @@ class DurableSim(SimRuntime):
         self._llm_at_mark = llm_at_mark
         self._reset_tracking(state)
         return out
+
+    def _new_heads(
+        self, state: SimState, changed: np.ndarray, took: np.ndarray, receivers: np.ndarray, awake: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every agent's in-queue head now (the shadow takes them) and the agents
+        outside ``changed`` whose head a delta stores (an empty queue that filled up).
+
+        A head moves only when its agent takes its whole queue (``took``: it is then
+        empty, unless a packet came later) or when a packet comes to an empty queue;
+        packets come only to ``receivers`` (and a few more). So only receivers are
+        looked up: among the agents that changed, and among the others those whose
+        queue was empty while they were busy (an Idle one takes what comes, and
+        changes). Through a network a crash empties a queue too: there every agent
+        that changed is looked up."""
+        n = len(changed)
+        shadow = self._shadow_heads
+        if len(shadow) < n:
+            shadow.extend([-1] * (n - len(shadow)))
+        before = np.frombuffer(shadow, dtype=np.int64)
+        received = np.zeros(n, dtype=bool)
+        received[receivers] = True
+        filled = received & (before == -1) & (awake == 1) & ~changed
+        if state.network is None:
+            look, heads = (received & changed) | filled, np.where(took, -1, before)
+        else:
+            look, heads = changed | filled, before.copy()
+        ids = np.flatnonzero(look)
+        heads[ids] = np.fromiter(map(state.mail.head, ids.tolist()), dtype=np.int64, count=len(ids))
+        before[:] = heads
+        return heads, np.flatnonzero(filled & (heads >= 0))
 
     def mark_clean(self) -> None:
         """Take the current state as the base of the next delta."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
-from itertools import accumulate, chain, compress, repeat
+from itertools import accumulate, chain, repeat
 from operator import attrgetter
 from typing import Any
 
@@ -122,10 +122,9 @@ def encode_packets(packets: list[Packet], broadcasts: list[bool] | None) -> dict
     lists = list(map(_RECIPIENTS, packets))
     if broadcasts is not None:
         lists = [() if b else r for r, b in zip(lists, broadcasts, strict=True)]
-    count = array("q", map(len, lists))
+    count = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
     if broadcasts is not None:
-        for i in compress(range(len(broadcasts)), broadcasts):
-            count[i] = -1
+        count[np.fromiter(broadcasts, dtype=bool, count=len(broadcasts))] = -1
     lists = [r for r in lists if r]
     recipients = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=sum(map(len, lists)))
     return {
