@@ -192,7 +192,9 @@ def test_a_second_resume_of_a_held_run_is_refused(tmp_path: Path) -> None:
         refused(out, "held by")
         assert files(db) == before
         runs = json.loads(megaactors("runs", "--db", str(db), "--json").stdout)
-        assert runs[0]["status"] == "running" and runs[0]["lease_left_s"] > 30
+        # the refusals left the lease alone (the file is unchanged); it has not run out since the holder froze,
+        # however slowly the commands above ran on a loaded machine
+        assert runs[0]["status"] == "running" and 0 < runs[0]["lease_left_s"] <= 60
         assert files(db) == before
     finally:
         holder.send_signal(signal.SIGKILL)
