@@ -136,8 +136,7 @@ def run_sharded(
         blob = seal_state(packed)
         machines = checkpoint["machines"].values()
         meta: dict[str, Any] = {
-            "step": step,
-            "windows": step,
+            "step": step,  # the windows run
             "shards": checkpoint["shards"],
             "machines": len(machines),
             "events": sum(d["steps"] for d in machines),
