@@ -290,7 +290,8 @@ class DurableSim(SimRuntime):
 
         A head moves only when its agent takes its whole queue (``took``: it is then
         empty, unless a packet came later) or when a packet comes to an empty queue;
-        packets come only to ``receivers`` (and a few more). So only receivers are
+        every agent a packet stamped since the last mark came to is in ``receivers`` (a
+        superset: a broadcast's whole channel). So only receivers are
         looked up: among the agents that changed, and among the others those whose
         queue was empty while they were busy (an Idle one takes what comes, and
         changes). Through a network a crash empties a queue too: there every agent
