@@ -28,6 +28,7 @@ attempt redraws its latency; a failed call's reply is not the model's).
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from itertools import compress, repeat
 from operator import attrgetter, is_, itemgetter
@@ -38,19 +39,27 @@ import numpy as np
 from megaactors.core.agent import Phase
 from megaactors.core.behaviour import LLMRequest, Send, ToolCall
 from megaactors.core.llm import LLMReply, SimulatedLLM
-from megaactors.durable.state_codec import encode_call, encode_request, encode_send, spread, uniform
+from megaactors.durable.state_codec import (
+    encode_call,
+    encode_request,
+    encode_send,
+    float64s,
+    int64s,
+    spread,
+    uniform,
+)
 from megaactors.errors import StateError
 from megaactors.runtime.sim_state import START, LLMRetry, SimState, ToolInFlight
 
 __all__ = ["encode_agent_rows", "load_agent_rows"]
 
-_AGENT = tuple(map(attrgetter, ("phase", "data", "batch_tokens", "pending", "outbox")))
+_RECORD = attrgetter("phase", "data", "batch_tokens", "pending", "outbox")
 _MEMORY = attrgetter("memory")
-_FIRST = itemgetter(0)
-_SECOND = itemgetter(1)
 _THIRD = itemgetter(2)
-_TOKENS_OUT = attrgetter("tokens_out")
-_STAGE = attrgetter("stage")
+_REPLY = attrgetter("tokens_out", "stage")
+_CALLS = attrgetter("calls")
+_LATENCY = attrgetter("latency_s")
+_FAILED = attrgetter("failed")
 _PHASES = tuple(Phase)
 
 
@@ -68,62 +77,78 @@ def encode_agent_rows(
     state: SimState, ids: list[int], memory_kinds: np.ndarray | None, heads: np.ndarray | None = None
 ) -> dict[str, Any]:
     """The records of agents ``ids`` by column (memory ``kinds`` None: all in full;
-    ``heads``: their in-queue heads when the caller knows them, else looked up)."""
+    ``heads``: their in-queue heads when the caller knows them, else looked up).
+
+    Each record is read in one pass (one ``attrgetter`` of five attributes, the
+    columns split by ``zip``) and numbers are packed by :func:`int64s`: the cost per
+    record is a few C-level steps per attribute, most of what a delta pays per agent."""
     chosen = list(map(state.agents.__getitem__, ids))
-    phase, data, batch_tokens, pending, outbox = (list(map(get, chosen)) for get in _AGENT)
+    phase, data, batch_tokens, pending, outbox = _columns(map(_RECORD, chosen), 5)
     memory: list[Any]
     if memory_kinds is None:
         memory = [None, list(map(_MEMORY, chosen))]
     else:
         stored = np.flatnonzero(memory_kinds == 2).tolist()
         memory = [memory_kinds.tobytes(), [chosen[i].memory for i in stored]]
-    at = list(compress(range(len(ids)), map(is_, map(type, pending), repeat(tuple))))
-    flying = list(map(pending.__getitem__, at))
-    replies = list(map(_SECOND, flying))
-    events = list(map(_THIRD, flying))  # each call in flight holds its event
+    types = list(map(type, pending))
+    flown = types.count(tuple)
+    if flown == len(pending):  # every agent waits for an LLM call (or there are none)
+        at: Sequence[int] = range(flown)
+        flying: Sequence[Any] = pending
+    else:
+        at = list(compress(range(len(ids)), map(is_, types, repeat(tuple))))
+        flying = list(map(pending.__getitem__, at))
+    new_tokens, replies, events = _columns(flying, 3)
+    tokens_out, stages = _columns(map(_REPLY, replies), 2)
+    times, seqs, _ = _columns(events, 3)  # each call in flight holds its event
     other: dict[int, Any] = {}
-    if len(at) + pending.count(None) != len(pending):
-        pending_events, where = _event_positions(state)
-        for i, p in enumerate(pending):
-            if p is None or type(p) is tuple:
-                continue
-            if p is START:
-                other[i] = 0
-            elif type(p) is ToolInFlight:
-                k = int(where[ids[i]])
-                running = pending_events[k][:2] if k >= 0 else ()
-                other[i] = [3, encode_call(p.call), p.requested, p.started, *running]
-            elif type(p) is LLMRetry:
-                r = p.reply
-                t, seq, _ = pending_events[int(where[ids[i]])]
-                other[i] = [2, p.new_tokens, r.tokens_out, r.stage, p.first, p.attempt, t, seq]
-            else:
-                other[i] = [1, *encode_request(p)]
+    if flown + types.count(type(None)) != len(pending):
+        other = _other_pending(state, ids, pending)
     if heads is None:
         heads = np.fromiter(map(state.mail.head, ids), dtype=np.int64, count=len(ids))
     provider: dict[str, Any] = {}
     if state.limits is not None:
-        provider["calls"] = array("q", (a.calls for a in chosen)).tobytes()
-        provider["replies"] = [array("d", (r.latency_s for r in replies)).tobytes(), [r.failed for r in replies]]
+        provider["calls"] = int64s(list(map(_CALLS, chosen)))
+        provider["replies"] = [float64s(list(map(_LATENCY, replies))), list(map(_FAILED, replies))]
     return {
-        "ids": array("q", ids).tobytes(),
+        "ids": int64s(ids),
         "heads": heads.tobytes(),
         "state": bytes(phase),
-        "data": data,
+        "data": list(data),
         "memory": memory,
-        "batch_tokens": array("q", batch_tokens).tobytes(),
-        "llm": [
-            array("q", at).tobytes(),
-            list(map(_FIRST, flying)),
-            array("q", map(_TOKENS_OUT, replies)).tobytes(),
-            uniform(list(map(_STAGE, replies))),
-            array("d", map(_FIRST, events)).tobytes(),
-            array("q", map(_SECOND, events)).tobytes(),
-        ],
+        "batch_tokens": int64s(batch_tokens),
+        "llm": [int64s(at), list(new_tokens), int64s(tokens_out), uniform(stages), float64s(times), int64s(seqs)],
         "other": other,
         "outboxes": {i: [encode_send(s) for s in o] for i, o in enumerate(outbox) if o} if any(outbox) else {},
         **provider,
     }
+
+
+def _columns(rows: Iterable[Sequence[Any]], width: int) -> list[tuple[Any, ...]]:
+    """``rows`` (tuples of ``width`` values) as ``width`` columns, also when there are none."""
+    return list(zip(*rows, strict=True)) or [()] * width
+
+
+def _other_pending(state: SimState, ids: list[int], pending: Sequence[Any]) -> dict[int, Any]:
+    """The pending work of records ``ids`` other than LLM calls in flight, by position."""
+    other: dict[int, Any] = {}
+    pending_events, where = _event_positions(state)
+    for i, p in enumerate(pending):
+        if p is None or type(p) is tuple:
+            continue
+        if p is START:
+            other[i] = 0
+        elif type(p) is ToolInFlight:
+            k = int(where[ids[i]])
+            running = pending_events[k][:2] if k >= 0 else ()
+            other[i] = [3, encode_call(p.call), p.requested, p.started, *running]
+        elif type(p) is LLMRetry:
+            r = p.reply
+            t, seq, _ = pending_events[int(where[ids[i]])]
+            other[i] = [2, p.new_tokens, r.tokens_out, r.stage, p.first, p.attempt, t, seq]
+        else:
+            other[i] = [1, *encode_request(p)]
+    return other
 
 
 def load_agent_rows(

