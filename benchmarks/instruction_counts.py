@@ -14,7 +14,9 @@ own. Workloads: ``sim`` (a two-tier chat round of 2 rounds on the simulation),
 the two is the checkpoints' overhead in instructions), ``net`` (1 round on the
 simulation placed on 2 machines, 0.01 s within a group, 0.02 s between admins, 0.05 s
 between machines, 0.002 s jitter, as in ``sim_shards.py``: every copy is an event).
-Group size G = round((2N)^(1/3)).
+Group size G = round((2N)^(1/3)). The imports-only run of ``durable`` also imports
+what a checkpointed run imports on first use (OpenTelemetry's API, for its tracer:
+about 55 million instructions, once per process).
 
     python benchmarks/instruction_counts.py --trees /tmp/old,. --workload sim --agents 2000
 
@@ -44,6 +46,10 @@ def workload(kind: str, n: int) -> int:
     from megaactors.runtime import AsyncioRuntime, PykkaRuntime
 
     if not n:
+        if kind == "durable":  # imported by a checkpointed run's first call (its tracer), once per process
+            from megaactors.durable import spans
+
+            spans.tracer()
         return 0
     g = max(2, round((2 * n) ** (1 / 3)))
     zero = SimulatedLLM(latency=LatencyModel(median_s=0.0, sigma=0.0, per_output_token_s=0.0))

@@ -39,15 +39,19 @@ def _exact(value: Any) -> Any:
     """What msgpack's strict packing is handed back for a value of no msgpack type: a
     tuple as a list, a subclass of a msgpack type (an ``IntEnum``, a numpy float) as
     that type, so that the bytes are those of ordinary packing; anything else refused."""
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):
         return list(value)
-    for kind in _EXACT:
-        if isinstance(value, kind):
-            return kind(value) if kind in (list, dict) else getattr(kind, f"__{kind.__name__}__")(value)
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bytes):
+        return bytes(memoryview(value))
     raise TypeError(f"can not serialize {type(value).__name__!r} object")
-
-
-_EXACT = (int, float, str, bytes, list, dict)
 
 
 def pack_state(state: Any) -> bytes:

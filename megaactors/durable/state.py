@@ -37,16 +37,15 @@ ids, the in-queues packet by packet, the token buckets.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
-from itertools import chain, compress
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
-from megaactors.core.behaviour import Behaviour, ToolCall
-from megaactors.core.llm import LLMReply, SimulatedLLM
-from megaactors.core.messages import ADMIN, Packet
+from megaactors.core.behaviour import Behaviour
+from megaactors.core.llm import SimulatedLLM
+from megaactors.core.messages import Packet
 from megaactors.core.organisation import Organisation
 from megaactors.durable.agent_rows import encode_agent_rows, load_agent_rows
 from megaactors.durable.net_rows import (
@@ -75,6 +74,7 @@ from megaactors.durable.state_codec import (
     pick_cells,
     set_cells,
 )
+from megaactors.durable.tracker import ChangeTracker, LLMCallHook, ToolGate
 from megaactors.errors import StateError
 from megaactors.runtime.events import Event
 from megaactors.runtime.options import RuntimeOptions
@@ -83,77 +83,7 @@ from megaactors.runtime.sim_state import SimState
 
 __all__ = ["ChangeTracker", "DurableSim", "StateError"]
 
-LLMCallHook = Callable[[int, int, LLMReply], None]
-"""Called with ``(agent, call_index, reply)`` for every LLM call issued."""
-ToolGate = Callable[[int, int, ToolCall, Callable[[], Any]], Any]
-"""Runs a tool function: ``(agent, invocation_index, call, run) -> value``."""
-
-_SENDER = attrgetter("sender")
-_CHANNEL = attrgetter("channel")
-
-
-class ChangeTracker:
-    """What changed in a simulation since it was last described (its observer).
-
-    An agent's record changes only when one of its events completes, when it takes
-    a batch or makes an LLM call or sends (its ledger row changes), when it starts
-    a tool, is recruited, or runs its start effects. The first is noted in
-    :attr:`events` as events run (how many per agent tells how its memory changed);
-    ledger rows are compared when a delta is written; tools and recruits are noted
-    in :attr:`touched_agents`. Paid calls and tool functions go through the hooks."""
-
-    def __init__(self, org: Organisation, on_llm_call: LLMCallHook | None, tool_gate: ToolGate | None) -> None:
-        self.org = org
-        self.on_llm_call = on_llm_call
-        self.wants_llm_calls = on_llm_call is not None
-        self.tool_gate = tool_gate
-        self.events: list[int] = []
-        self.touched_agents: set[int] = set()
-        self.new_packets: list[Packet] = []
-        self.new_broadcasts: list[bool] = []
-
-    def stamped(self, packets: list[Packet], broadcast: bool) -> None:
-        self.new_packets += packets
-        self.new_broadcasts += [broadcast and len(packets) == 1] * len(packets)
-
-    def touched(self, agent: int) -> None:
-        self.touched_agents.add(agent)
-
-    def llm_issued(self, agent: int, call_index: int, reply: LLMReply) -> None:
-        if self.on_llm_call is not None:
-            self.on_llm_call(agent, call_index, reply)
-
-    def run_tool(self, agent: int, invocation: int, call: ToolCall, run: Callable[[], Any]) -> Any:
-        return run() if self.tool_gate is None else self.tool_gate(agent, invocation, call, run)
-
-    def recruited(self, recruiter: int, agents: list[int]) -> None:
-        self.touched_agents.update(agents)
-
-    def reset(self) -> None:
-        """Forget everything noted so far."""
-        self.events, self.touched_agents = [], set()
-        self.new_packets, self.new_broadcasts = [], []
-
-    def collect_packets(self, members_changed: bool) -> tuple[dict[str, Any], np.ndarray]:
-        """The packets stamped since the last reset, encoded, and the agents that
-        received them (and possibly a few more). A broadcast's recipients are left
-        out — they are its sender's peers on its channel — unless the organisation's
-        groups changed since it was sent (``members_changed``: agents were recruited)."""
-        packets, broadcasts = self.new_packets, self.new_broadcasts
-        self.new_packets, self.new_broadcasts = [], []
-        if members_changed or not any(broadcasts):
-            encoded = encode_packets(packets, None)
-            return encoded, np.frombuffer(encoded["recipients"], dtype=np.int64)
-        encoded = encode_packets(packets, broadcasts)
-        # every member of a group or admins' channel that was broadcast to (a few more
-        # than received: the groups of admins' senders too)
-        org, flagged = self.org, list(compress(packets, broadcasts))
-        senders = list(map(_SENDER, flagged))
-        groups = set(map(org.member_group.__getitem__, senders)) | set(map(org.admin_group.__getitem__, senders))
-        groups.discard(-1)
-        lists = [org.groups[g] for g in groups] + ([org.admins] if ADMIN in map(_CHANNEL, flagged) else [])
-        receivers = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=sum(map(len, lists)))
-        return encoded, np.concatenate([np.frombuffer(encoded["recipients"], dtype=np.int64), receivers])
+_RECIPIENTS = attrgetter("recipients")
 
 
 def _ledger_columns(state: SimState) -> dict[str, array[Any]]:
@@ -161,8 +91,14 @@ def _ledger_columns(state: SimState) -> dict[str, array[Any]]:
 
 
 def _heads(state: SimState) -> array[int]:
-    """The id of the first message waiting for each agent (-1: none)."""
-    return array("q", map(state.mail.head, range(len(state.agents))))
+    """The id of the first message waiting for each agent (-1: none): looked up only
+    for the agents some packet not yet read by all is addressed to."""
+    heads = array("q", [-1]) * len(state.agents)
+    live = state.mail.live()
+    if live:
+        for aid in set(chain.from_iterable(map(_RECIPIENTS, live.values()))):
+            heads[aid] = state.mail.head(aid)
+    return heads
 
 
 class DurableSim(SimRuntime):
