@@ -70,6 +70,7 @@ from megaactors.durable.state_codec import (
     encode_ledger,
     encode_packets,
     encode_trace,
+    int64s,
     load_ledger,
     pick_cells,
     set_cells,
@@ -183,7 +184,7 @@ class DurableSim(SimRuntime):
             noted = noted | (self._shadow_llm_waiting - set(state.llm_waiting))
         if noted:
             changed[np.fromiter(noted, dtype=np.int64, count=len(noted))] = True
-        events = np.array(tracker.events, dtype=np.int64)
+        events = np.frombuffer(int64s(tracker.events), dtype=np.int64)
         ran = np.bincount(events[events >= 0], minlength=len(agents))  # network events have negative keys
         net = state.network
         if net is not None:  # a crash changes a record (in-queue, phase, maybe state and memory) outside its events

@@ -96,8 +96,9 @@ class ChangeTracker:
             senders = senders[flags]
             channels = map(_CHANNEL, compress(packets, broadcasts))
         member_group, admin_group = self._group_columns()
-        groups = np.unique(np.concatenate([member_group[senders], admin_group[senders]])).tolist()
-        lists = [self._members(g) for g in groups if g >= 0]
+        groups = set(member_group[senders].tolist()) | set(admin_group[senders].tolist())  # np.unique imports numpy.ma
+        groups.discard(-1)
+        lists = [self._members(g) for g in groups]
         if ADMIN in channels:
             lists.append(self._members(-1))
         return encoded, np.concatenate([np.frombuffer(encoded["recipients"], dtype=np.int64), *lists])
