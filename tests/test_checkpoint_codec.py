@@ -24,7 +24,7 @@ class _Level(enum.IntEnum):
     HIGH = 3
 
 
-class _Colour(str, enum.Enum):
+class _Colour(str, enum.Enum):  # noqa: UP042 - str() of its member is not its value: packed as the value
     RED = "red"
 
 
