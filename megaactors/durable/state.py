@@ -1,8 +1,8 @@
 """The state of a simulation run as plain data: full snapshots, deltas, restore.
 
 :class:`DurableSim` is a :class:`~megaactors.runtime.sim.SimRuntime` whose
-:class:`ChangeTracker` (the runtime's :class:`~megaactors.runtime.sim_state.SimObserver`)
-notes what each event touches, so that between two super-steps it can describe the
+:class:`~megaactors.durable.tracker.ChangeTracker` (the runtime's
+:class:`~megaactors.runtime.sim_state.SimObserver`) notes what each event touches, so that between two super-steps it can describe the
 run's :class:`~megaactors.runtime.sim_state.SimState` either whole
 (:meth:`DurableSim.full`) or as what changed since the last description
 (:meth:`DurableSim.delta`): the records of the agents that ran, the packets sent,
