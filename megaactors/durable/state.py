@@ -2,8 +2,9 @@
 
 :class:`DurableSim` is a :class:`~megaactors.runtime.sim.SimRuntime` whose
 :class:`~megaactors.durable.tracker.ChangeTracker` (the runtime's
-:class:`~megaactors.runtime.sim_state.SimObserver`) notes what each event touches, so that between two super-steps it can describe the
-run's :class:`~megaactors.runtime.sim_state.SimState` either whole
+:class:`~megaactors.runtime.sim_state.SimObserver`) notes what each event touches,
+so that between two super-steps it can describe the run's
+:class:`~megaactors.runtime.sim_state.SimState` either whole
 (:meth:`DurableSim.full`) or as what changed since the last description
 (:meth:`DurableSim.delta`): the records of the agents that ran, the packets sent,
 in-queue heads that moved, ledger cells that changed and new trace rows. A delta's
