@@ -34,10 +34,10 @@ from typing import Any
 
 from megaactors.core.messages import ADMIN, INTRA, Packet
 from megaactors.core.organisation import Organisation
-from megaactors.runtime.channel_log import ChannelLog, LogSlice, Without, gather, member_position
+from megaactors.runtime.channel_log import ChannelLog, LogSlice, Without, gather, leads, member_position
 from megaactors.runtime.postman import is_broadcast
 
-__all__ = ["ChannelLog", "LogSlice", "Mailboxes", "Without", "gather"]
+__all__ = ["ChannelLog", "LogSlice", "Mailboxes", "Without", "gather", "leads"]
 
 _copy_bytes = attrgetter("copy_bytes")
 

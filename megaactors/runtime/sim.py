@@ -35,7 +35,7 @@ from megaactors.runtime.events import EventQueue
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter, Wait
-from megaactors.runtime.mailboxes import Mailboxes, gather
+from megaactors.runtime.mailboxes import Mailboxes, gather, leads
 from megaactors.runtime.net_delivery import NetworkState, network_for, report
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
@@ -263,7 +263,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
             return
         if self._reads[a.id]:  # it reads a channel log: nothing done per message here
             count, copy_bytes, parts = self.mail.take_later(a.id)
-            batch = Batch.deferred(a.id, count, gather, parts)
+            batch = Batch.deferred(a.id, count, gather, parts, leads)
             nbytes = self.postman.account_batch(a.id, count, copy_bytes)
         else:  # Agent.take_batch, inlined: the in-queue list itself lives as long as the agent
             inbox = a.inbox
