@@ -42,6 +42,12 @@ __all__ = ["ChannelLog", "LogSlice", "Mailboxes", "Without", "gather", "leads"]
 _copy_bytes = attrgetter("copy_bytes")
 
 
+def _span(members: list[int]) -> Sequence[int]:
+    """``members`` as a ``range`` when they are consecutive ascending ids, else itself."""
+    span = range(members[0], members[0] + len(members)) if members else range(0)
+    return span if members == list(span) else members
+
+
 class Mailboxes:
     """The in-queues of the agents one process runs: each agent's private in-queue
     (``inboxes[a]``, its ``agent.inbox``) plus the logs of the channels it reads.
@@ -67,6 +73,9 @@ class Mailboxes:
         self.dirty: set[ChannelLog] = set()
         """Logs posted to since the runtime last woke their Idle readers."""
         self.admins_sorted = org.admins == sorted(org.admins)
+        self._spans: dict[int, Sequence[int]] = {}
+        """Group -> its members as a ``range`` if they are consecutive ids, else the list
+        (recomputed when the group grows)."""
         if not lazy:
             self._subscribe_all()
 
@@ -183,8 +192,10 @@ class Mailboxes:
         """:meth:`compact` a broadcast and append it to its logs, in one pass, for a
         runtime that finds the Idle ones among its recipients itself; return where
         to look for them: its recipients in order, possibly with its sender among
-        them."""
+        them (a ``range`` when they are a group of consecutive ids, which a runtime
+        may scan in bulk)."""
         sender = packet.sender
+        span: Sequence[int] | None = ()
         if packet.channel == ADMIN:
             if not self._admins_open:
                 self._open_admins()
@@ -201,11 +212,14 @@ class Mailboxes:
             log = self.group_logs.get(mg)
             if log is None:
                 log = self._open(mg)
+            span = self._spans.get(mg)
+            if span is None or len(span) != len(members):
+                span = self._spans[mg] = _span(members)
         if len(packet.recipients) == len(members) - 1:
             packet.recipients = Without(members, member_position(members, sender), len(members))
         if log is not None:
             log.post(packet, sender)
-        return members
+        return span if type(span) is range else members
 
     def pending(self, agent: int) -> bool:
         """Whether a message waits for ``agent``."""

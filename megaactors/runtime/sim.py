@@ -296,22 +296,6 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         else:
             self._call_tool(a, wait)  # type: ignore[arg-type]
 
-    def _call_llm(self, a: Agent, request: LLMRequest, admitted: bool = False) -> None:
-        """Issue ``a``'s call (``admitted``: it holds an LLM slot) or queue it for one."""
-        slots = self._llm_slots
-        if slots is not None and not admitted and not slots.try_acquire(a):
-            a.pending = request
-            slots.wait(a)
-            return
-        if self.core.provider is not None:
-            self._first_attempt(a, request)
-            return
-        new_tokens, reply = self._issue_llm(a, request)
-        self._seq += 1
-        event = (self.now + reply.latency_s, self._seq, a.id)
-        a.pending = (new_tokens, reply, event)
-        self._events.push(event)
-
     def _call_llm_now(self, a: Agent, request: LLMRequest) -> None:
         """:meth:`_call_llm` when no LLM slot, provider model or observer of paid
         calls is set: ``Interpreter.issue_llm``, inlined, as this runs once per call."""
@@ -414,7 +398,11 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
             packets = stamp(sender, send, now)
             if postman.broadcast and len(packets) == 1:
                 packet = packets[0]
-                if not all(map(is_awake, share(packet))):
+                where = share(packet)
+                if type(where) is range:  # a group of consecutive ids: its Idle ones found in C
+                    if awake.find(0, where.start, where.stop) >= 0:
+                        self._wake_span(where, packet.recipients)
+                elif not all(map(is_awake, where)):
                     self._wake_idle(packet.recipients)
                 continue
             for packet in packets:
