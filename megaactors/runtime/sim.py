@@ -203,6 +203,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
                 if t >= until:
                     break
                 events.index = i + 1
+                current[i] = None  # type: ignore[call-overload]  # done: freed with its call, still warm
             self.now = t
             if log is not None:
                 log.append(aid)
