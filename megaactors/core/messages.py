@@ -206,6 +206,8 @@ class Batch:
     """
 
     __slots__ = ("_count", "_gather", "_leads", "_packets", "_source", "recipient")
+    _leads: Callable[[Any], list[Any] | None] | None
+    """Set by :meth:`deferred` alone: read only while ``_packets`` is None."""
 
     def __init__(self, recipient: int, packets: list[Packet]) -> None:
         self.recipient = recipient
@@ -213,7 +215,6 @@ class Batch:
         self._count = len(packets)
         self._gather: Callable[[Any], list[Packet]] | None = None
         self._source: Any = None
-        # _leads is set by deferred() alone: it is read only while _packets is None
 
     @classmethod
     def deferred(

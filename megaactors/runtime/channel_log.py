@@ -19,7 +19,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain, islice, pairwise
 from operator import attrgetter
-from typing import overload
+from typing import cast, overload
 
 from megaactors.core.messages import Packet, lead
 
@@ -237,12 +237,14 @@ def _slice_packets(part: LogSlice) -> list[Packet]:
 
 
 def leads(parts: list[list[Packet] | LogSlice]) -> list[object] | None:
-    """The :func:`~megaactors.core.messages.lead` of each message of a batch whose parts are a single log slice
-    (from :meth:`Mailboxes.take_later`), read from the log's column; None for any
-    other batch (its packets are listed to find them: several parts interleave)."""
-    if len(parts) != 1 or type(parts[0]) is list:
+    """The :func:`~megaactors.core.messages.lead` of each message of a batch whose
+    parts are a single log slice (from :meth:`Mailboxes.take_later`), read from the
+    log's column; None for any other batch (its packets are listed to find them:
+    several parts interleave)."""
+    part = parts[0] if len(parts) == 1 else None
+    if part is None or type(part) is list:
         return None
-    _, start, stop, skip, column = parts[0]  # type: ignore[misc]
+    _, start, stop, skip, column = cast(LogSlice, part)
     taken = column[start:stop]
     for i in reversed(skip):
         del taken[i]
