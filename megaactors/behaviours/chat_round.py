@@ -148,7 +148,7 @@ class ChatRound:
         if kind not in _NOT_MESH:  # the mesh kinds (two-tier, flat), inlined: the hot path of every cost experiment
             r = state[_ROUND]
             if r < self.rounds:
-                rounds_of = [p.payload[0] for p in batch.packets]
+                rounds_of = batch.leads()  # each message's round (its payload's first field)
                 ahead = rounds_of.count(r)
                 state[_AHEAD] += ahead
                 got = rounds_of.count(r - 1)

@@ -36,6 +36,7 @@ __all__ = [
     "encoded_size",
     "int_size",
     "int_size_total",
+    "lead",
     "payload_size",
     "send_overhead",
     "str_size",
@@ -187,6 +188,12 @@ class Message:
 _copy_bytes = attrgetter("copy_bytes")
 
 
+def lead(payload: Any) -> Any:
+    """A payload's leading field: ``payload[0]`` of a non-empty list or tuple, else None
+    (what :meth:`Batch.leads` lists per message)."""
+    return payload[0] if isinstance(payload, (list, tuple)) and payload else None
+
+
 class Batch:
     """The messages an agent took from its in-queue, built on access.
 
@@ -194,10 +201,13 @@ class Batch:
     looks at its packets, never pays for message objects. A runtime whose
     in-queues are shared logs hands over a :meth:`deferred` batch: its packets are
     gathered the first time they are asked for, so a behaviour that only counts
-    its batch pays nothing per message.
+    its batch pays nothing per message, and one that counts the leading fields of
+    its payloads (:meth:`leads`) reads them from the logs' columns.
     """
 
-    __slots__ = ("_count", "_gather", "_packets", "_source", "recipient")
+    __slots__ = ("_count", "_gather", "_leads", "_packets", "_source", "recipient")
+    _leads: Callable[[Any], list[Any] | None] | None
+    """Set by :meth:`deferred` alone: read only while ``_packets`` is None."""
 
     def __init__(self, recipient: int, packets: list[Packet]) -> None:
         self.recipient = recipient
@@ -207,13 +217,33 @@ class Batch:
         self._source: Any = None
 
     @classmethod
-    def deferred(cls, recipient: int, count: int, gather: Callable[[Any], list[Packet]], source: Any) -> Batch:
+    def deferred(
+        cls,
+        recipient: int,
+        count: int,
+        gather: Callable[[Any], list[Packet]],
+        source: Any,
+        leads: Callable[[Any], list[Any] | None] | None = None,
+    ) -> Batch:
         """A batch of ``count`` messages whose packets ``gather(source)`` returns, in
-        arrival order, when they are first asked for."""
+        arrival order, when they are first asked for; ``leads(source)``, if given,
+        returns what :meth:`leads` lists without the packets, or None when it cannot."""
         batch = cls.__new__(cls)  # the class's own fields, set without __init__'s list
-        batch.recipient, batch._count = recipient, count  # noqa: SLF001
+        batch.recipient, batch._count, batch._leads = recipient, count, leads  # noqa: SLF001
         batch._packets, batch._gather, batch._source = None, gather, source  # noqa: SLF001
         return batch
+
+    def leads(self) -> list[Any]:
+        """The leading field of each message's payload (``payload[0]`` of a non-empty
+        list or tuple, None for any other payload), in arrival order: what a behaviour
+        that counts its messages by a tag (a round, a kind) needs. A runtime whose
+        in-queues are shared logs reads these from a column of the log, without
+        touching the packets (cheaper when the batch is large and its packets cold)."""
+        if self._packets is None and self._leads is not None:
+            found = self._leads(self._source)
+            if found is not None:
+                return found
+        return [lead(p.payload) for p in self.packets]
 
     @property
     def packets(self) -> list[Packet]:

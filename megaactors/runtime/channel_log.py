@@ -3,7 +3,9 @@
 A broadcast to a whole group or to every other admin is one entry in the channel's
 :class:`ChannelLog`, whatever the number of members; each member reads the log from
 its own cursor (skipping what it posted itself) and a running sum of the entries'
-``copy_bytes`` gives the size of what it read without walking it. A log keeps an
+``copy_bytes`` gives the size of what it read without walking it, and a column of
+the entries' leading payload fields (:func:`~megaactors.core.messages.lead`) lets a reader count what it read
+without touching a packet (:func:`leads`). A log keeps an
 entry until every subscriber has read past it, and never changes a list of entries
 it has handed out (:data:`LogSlice`): it appends, or replaces the list, so a reader
 may list the packets it took later, or never. The packet of a broadcast lists its
@@ -17,11 +19,11 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, chain, islice, pairwise
 from operator import attrgetter
-from typing import overload
+from typing import cast, overload
 
-from megaactors.core.messages import Packet
+from megaactors.core.messages import Packet, lead
 
-__all__ = ["ChannelLog", "LogSlice", "Without", "gather", "member_position"]
+__all__ = ["ChannelLog", "LogSlice", "Without", "gather", "leads", "member_position"]
 
 _copy_bytes = attrgetter("copy_bytes")
 _first_id = attrgetter("first_id")
@@ -96,7 +98,7 @@ class ChannelLog:
     """The packets broadcast to the subscribers of one channel, oldest first, with a
     read cursor per subscriber (absolute positions: ``base`` entries were dropped)."""
 
-    __slots__ = ("base", "behind", "complete", "cursors", "end", "idle", "mine", "packets", "sums", "trim_at")
+    __slots__ = ("base", "behind", "complete", "cursors", "end", "idle", "leads", "mine", "packets", "sums", "trim_at")
 
     def __init__(self, complete: bool = True) -> None:
         self.base = 0
@@ -106,6 +108,9 @@ class ChannelLog:
         self.packets: list[Packet] = []
         self.sums = [0]
         """Running sums of ``copy_bytes``: ``sums[i]`` covers ``packets[:i]``."""
+        self.leads: list[object] = []
+        """The :func:`~megaactors.core.messages.lead` of each packet's payload (``leads[i]`` of ``packets[i]``): a
+        reader counts these in one contiguous list instead of visiting every packet."""
         self.cursors: dict[int, int] = {}
         """Subscriber -> position of its first unread entry."""
         self.mine: dict[int, list[int]] = {}
@@ -126,6 +131,8 @@ class ChannelLog:
         """Append a broadcast by ``sender``, which never reads its own posts."""
         at = self.end
         self.packets.append(packet)
+        payload = packet.payload  # lead(payload), inlined: this runs once per broadcast
+        self.leads.append(payload[0] if isinstance(payload, (list, tuple)) and payload else None)
         sums = self.sums
         sums.append(sums[-1] + packet.copy_bytes)
         self.end = at + 1
@@ -149,6 +156,7 @@ class ChannelLog:
         cut = low - self.base
         if cut > 0:  # new lists: slices handed out by take() stay valid
             self.packets = self.packets[cut:]
+            self.leads = self.leads[cut:]
             self.sums = self.sums[cut:]
             self.base = low
         self.trim_at = len(self.packets) + max(_MIN_TRIM, len(self.cursors))
@@ -158,6 +166,7 @@ class ChannelLog:
         not its own from id ``heads[subscriber]`` on (at the end for -1)."""
         self.packets, self.base, self.end = packets, 0, len(packets)
         self.sums = list(accumulate(map(_copy_bytes, packets), initial=0))
+        self.leads = [lead(p.payload) for p in packets]
         ids = list(map(_first_id, packets))
         own: dict[int, list[int]] = {}
         for at, p in enumerate(packets):
@@ -184,7 +193,7 @@ class ChannelLog:
         """Everything ``agent`` has not read yet, as a :data:`LogSlice` of this log
         (nothing is copied), how many messages that is and the sum of their
         ``copy_bytes``; the cursor moves to the end. None when nothing is unread."""
-        cursors, base, packets = self.cursors, self.base, self.packets
+        cursors, base, packets, column = self.cursors, self.base, self.packets, self.leads
         start, stop = cursors[agent] - base, len(packets)
         if start == stop:
             return None
@@ -200,8 +209,8 @@ class ChannelLog:
                     nbytes -= packets[start + i].copy_bytes
         self.behind -= 1
         if not self.behind:  # everyone has read everything
-            self.packets, self.sums, self.base = [], [0], self.end
-        return (packets, start, stop, skip), stop - start - len(skip), nbytes
+            self.packets, self.leads, self.sums, self.base = [], [], [0], self.end
+        return (packets, start, stop, skip, column), stop - start - len(skip), nbytes
 
     def read(self, agent: int) -> tuple[list[Packet], int]:
         """Everything ``agent`` has not read yet (its own posts left out) and the sum
@@ -212,15 +221,31 @@ class ChannelLog:
         return _slice_packets(taken[0]), taken[2]
 
 
-LogSlice = tuple[list[Packet], int, int, "list[int] | tuple[()]"]
-"""``(packets, start, stop, skip)``: ``packets[start:stop]`` but the positions in
-``skip`` (counted from ``start``, ascending). A log never changes a list it has
-handed out in a slice: it appends, or replaces the list."""
+LogSlice = tuple[list[Packet], int, int, "list[int] | tuple[()]", list[object]]
+"""``(packets, start, stop, skip, leads)``: ``packets[start:stop]`` but the positions in
+``skip`` (counted from ``start``, ascending), and ``leads`` the log's column of their
+:func:`~megaactors.core.messages.lead` s, in step with ``packets``. A log never changes a list it has handed out
+in a slice: it appends, or replaces the list."""
 
 
 def _slice_packets(part: LogSlice) -> list[Packet]:
-    packets, start, stop, skip = part
+    packets, start, stop, skip, _ = part
     taken = packets[start:stop]
+    for i in reversed(skip):
+        del taken[i]
+    return taken
+
+
+def leads(parts: list[list[Packet] | LogSlice]) -> list[object] | None:
+    """The :func:`~megaactors.core.messages.lead` of each message of a batch whose
+    parts are a single log slice (from :meth:`Mailboxes.take_later`), read from the
+    log's column; None for any other batch (its packets are listed to find them:
+    several parts interleave)."""
+    part = parts[0] if len(parts) == 1 else None
+    if part is None or type(part) is list:
+        return None
+    _, start, stop, skip, column = cast(LogSlice, part)
+    taken = column[start:stop]
     for i in reversed(skip):
         del taken[i]
     return taken

@@ -51,7 +51,9 @@ class EventQueue:
         self._keys: list[int] = []
         """Keys of the non-empty buckets after the current one (a heap)."""
         self.current: list[Event] = []
-        """The bucket being consumed, sorted; entries before :attr:`index` are done."""
+        """The bucket being consumed, sorted; entries before :attr:`index` are done
+        and set to None, so that an event dies with its call rather than with the
+        whole bucket, long after (when its objects have left the caches)."""
         self.index = 0
         self.current_key = -1
         self.soon: list[Event] = []
@@ -105,6 +107,7 @@ class EventQueue:
         if self._from_soon():
             return heapq.heappop(self.soon)
         event = self.current[self.index]
+        self.current[self.index] = None  # type: ignore[call-overload]
         self.index += 1
         return event
 

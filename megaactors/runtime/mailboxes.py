@@ -34,12 +34,18 @@ from typing import Any
 
 from megaactors.core.messages import ADMIN, INTRA, Packet
 from megaactors.core.organisation import Organisation
-from megaactors.runtime.channel_log import ChannelLog, LogSlice, Without, gather, member_position
+from megaactors.runtime.channel_log import ChannelLog, LogSlice, Without, gather, leads, member_position
 from megaactors.runtime.postman import is_broadcast
 
-__all__ = ["ChannelLog", "LogSlice", "Mailboxes", "Without", "gather"]
+__all__ = ["ChannelLog", "LogSlice", "Mailboxes", "Without", "gather", "leads"]
 
 _copy_bytes = attrgetter("copy_bytes")
+
+
+def _span(members: list[int]) -> Sequence[int]:
+    """``members`` as a ``range`` when they are consecutive ascending ids, else itself."""
+    span = range(members[0], members[0] + len(members)) if members else range(0)
+    return span if members == list(span) else members
 
 
 class Mailboxes:
@@ -67,6 +73,9 @@ class Mailboxes:
         self.dirty: set[ChannelLog] = set()
         """Logs posted to since the runtime last woke their Idle readers."""
         self.admins_sorted = org.admins == sorted(org.admins)
+        self._spans: dict[int, Sequence[int]] = {}
+        """Group -> its members as a ``range`` if they are consecutive ids, else the list
+        (recomputed when the group grows)."""
         if not lazy:
             self._subscribe_all()
 
@@ -91,9 +100,9 @@ class Mailboxes:
             return None
         log = self.group_logs[g] = ChannelLog(complete=len(mine) == len(members))
         log.cursors = dict.fromkeys(mine, log.end)
-        reads = self.reads
-        for m in mine:
-            reads[m] += (log,)
+        reads, only = self.reads, (log,)
+        for m in mine:  # one tuple shared by the members that read this log alone (fewer cache lines)
+            reads[m] = reads[m] + only if reads[m] else only
         return log
 
     def _open_admins(self) -> None:
@@ -183,8 +192,10 @@ class Mailboxes:
         """:meth:`compact` a broadcast and append it to its logs, in one pass, for a
         runtime that finds the Idle ones among its recipients itself; return where
         to look for them: its recipients in order, possibly with its sender among
-        them."""
+        them (a ``range`` when they are a group of consecutive ids, which a runtime
+        may scan in bulk)."""
         sender = packet.sender
+        span: Sequence[int] | None = ()
         if packet.channel == ADMIN:
             if not self._admins_open:
                 self._open_admins()
@@ -201,11 +212,14 @@ class Mailboxes:
             log = self.group_logs.get(mg)
             if log is None:
                 log = self._open(mg)
+            span = self._spans.get(mg)
+            if span is None or len(span) != len(members):
+                span = self._spans[mg] = _span(members)
         if len(packet.recipients) == len(members) - 1:
             packet.recipients = Without(members, member_position(members, sender), len(members))
         if log is not None:
             log.post(packet, sender)
-        return members
+        return span if type(span) is range else members
 
     def pending(self, agent: int) -> bool:
         """Whether a message waits for ``agent``."""

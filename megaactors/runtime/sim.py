@@ -35,7 +35,7 @@ from megaactors.runtime.events import EventQueue
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter, Wait
-from megaactors.runtime.mailboxes import Mailboxes, gather
+from megaactors.runtime.mailboxes import Mailboxes, gather, leads
 from megaactors.runtime.net_delivery import NetworkState, network_for, report
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
@@ -203,6 +203,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
                 if t >= until:
                     break
                 events.index = i + 1
+                current[i] = None  # type: ignore[call-overload]  # done: freed with its call, still warm
             self.now = t
             if log is not None:
                 log.append(aid)
@@ -263,7 +264,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
             return
         if self._reads[a.id]:  # it reads a channel log: nothing done per message here
             count, copy_bytes, parts = self.mail.take_later(a.id)
-            batch = Batch.deferred(a.id, count, gather, parts)
+            batch = Batch.deferred(a.id, count, gather, parts, leads)
             nbytes = self.postman.account_batch(a.id, count, copy_bytes)
         else:  # Agent.take_batch, inlined: the in-queue list itself lives as long as the agent
             inbox = a.inbox
@@ -295,22 +296,6 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
                 self._call_llm(a, wait)
         else:
             self._call_tool(a, wait)  # type: ignore[arg-type]
-
-    def _call_llm(self, a: Agent, request: LLMRequest, admitted: bool = False) -> None:
-        """Issue ``a``'s call (``admitted``: it holds an LLM slot) or queue it for one."""
-        slots = self._llm_slots
-        if slots is not None and not admitted and not slots.try_acquire(a):
-            a.pending = request
-            slots.wait(a)
-            return
-        if self.core.provider is not None:
-            self._first_attempt(a, request)
-            return
-        new_tokens, reply = self._issue_llm(a, request)
-        self._seq += 1
-        event = (self.now + reply.latency_s, self._seq, a.id)
-        a.pending = (new_tokens, reply, event)
-        self._events.push(event)
 
     def _call_llm_now(self, a: Agent, request: LLMRequest) -> None:
         """:meth:`_call_llm` when no LLM slot, provider model or observer of paid
@@ -414,7 +399,11 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
             packets = stamp(sender, send, now)
             if postman.broadcast and len(packets) == 1:
                 packet = packets[0]
-                if not all(map(is_awake, share(packet))):
+                where = share(packet)
+                if type(where) is range:  # a group of consecutive ids: its Idle ones found in C
+                    if awake.find(0, where.start, where.stop) >= 0:
+                        self._wake_span(where, packet.recipients)
+                elif not all(map(is_awake, where)):
                     self._wake_idle(packet.recipients)
                 continue
             for packet in packets:

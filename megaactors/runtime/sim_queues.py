@@ -10,7 +10,7 @@ reads and feeds those queues; the runtime sets every attribute it declares.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from megaactors.core.agent import IDLE, RESPONSE, Agent
@@ -19,7 +19,7 @@ from megaactors.core.trace import Trace
 from megaactors.network import NetworkModel
 from megaactors.runtime.events import EventQueue
 from megaactors.runtime.gates import FifoGate
-from megaactors.runtime.mailboxes import Mailboxes
+from megaactors.runtime.mailboxes import Mailboxes, Without
 
 __all__ = ["SimQueues", "event_width"]
 
@@ -77,6 +77,25 @@ class SimQueues:
             if not awake[r]:
                 awake[r] = 1
                 ready_append(r)
+
+    def _wake_span(self, span: range, recipients: Sequence[int]) -> None:
+        """:meth:`_wake_idle` for a broadcast to a group of consecutive ids ``span``
+        (its sender among them, busy): the Idle ones found by scanning ``_awake`` in C.
+        ``recipients`` that are not the group less its busy sender go the general way."""
+        awake = self._awake
+        if (
+            type(recipients) is not Without
+            or len(recipients) != len(span) - 1
+            or not awake[recipients.members[recipients.skip]]
+        ):
+            self._wake_idle(recipients)
+            return
+        ready_append, stop = self._ready.append, span.stop
+        r = awake.find(0, span.start, stop)
+        while r >= 0:
+            awake[r] = 1
+            ready_append(r)
+            r = awake.find(0, r + 1, stop)
 
     def _release_token(self, a: Agent) -> None:
         nxt = self._token.release(a)  # type: ignore[union-attr]

@@ -14,6 +14,7 @@ its LLM slot (``max_concurrent_llm``) from its first attempt to its reply.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from megaactors.providers.limits import Answered, Retrying
@@ -22,7 +23,9 @@ from megaactors.runtime.sim_state import LLMRetry
 if TYPE_CHECKING:
     from megaactors.core.agent import Agent
     from megaactors.core.behaviour import LLMRequest
+    from megaactors.core.llm import LLMReply
     from megaactors.runtime.events import EventQueue
+    from megaactors.runtime.gates import FifoGate
     from megaactors.runtime.interpreter import Interpreter
 
 __all__ = ["ProviderCalls"]
@@ -35,6 +38,25 @@ class ProviderCalls:
     now: float
     _seq: int
     _events: EventQueue
+    _llm_slots: FifoGate[Agent] | None
+    _issue_llm: Callable[[Agent, LLMRequest], tuple[int, LLMReply]]
+
+    def _call_llm(self, a: Agent, request: LLMRequest, admitted: bool = False) -> None:
+        """Issue ``a``'s call (``admitted``: it holds an LLM slot) or queue it for one
+        (the general case of ``SimRuntime._call_llm_now``)."""
+        slots = self._llm_slots
+        if slots is not None and not admitted and not slots.try_acquire(a):
+            a.pending = request
+            slots.wait(a)
+            return
+        if self.core.provider is not None:
+            self._first_attempt(a, request)
+            return
+        new_tokens, reply = self._issue_llm(a, request)
+        self._seq += 1
+        event = (self.now + reply.latency_s, self._seq, a.id)
+        a.pending = (new_tokens, reply, event)
+        self._events.push(event)
 
     def _first_attempt(self, a: Agent, request: LLMRequest) -> None:
         """``a`` holds its slot (if any): start its call's first attempt now."""
