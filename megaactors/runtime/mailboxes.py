@@ -234,6 +234,14 @@ class Mailboxes:
         """How many messages wait for ``agent``."""
         return len(self.inboxes[agent]) + sum(log.unread(agent) for log in self.reads[agent])
 
+    def most_queued(self) -> int:
+        """The most messages waiting for any one agent (``max`` of :meth:`queued`):
+        from the in-queues' lengths alone when every log has been read to its end,
+        as at the end of a run, else agent by agent."""
+        if all(min(log.cursors.values(), default=log.end) == log.end for log in self._logs()):
+            return max(map(len, self.inboxes), default=0)
+        return max(map(self.queued, range(len(self.inboxes))), default=0)
+
     def head(self, agent: int) -> int:
         """``first_id`` of the first packet waiting for ``agent`` (-1: none). Every
         packet addressed to it from that one on waits for it too (a batch takes

@@ -27,7 +27,7 @@ from itertools import repeat
 from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
-from megaactors.core.behaviour import NOTHING, AgentContext, Behaviour, Effects, LLMRequest
+from megaactors.core.behaviour import NOTHING, AgentContext, Behaviour, Effects, LLMRequest, new_context
 from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
@@ -221,7 +221,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         """Ledger, trace and states as they stand."""
         if self._machine_ledger is not None:
             self._machine_ledger.settle()
-        result = self.core.result(self.name, self.now, self.wall_s, map(self.queued, range(len(self.agents))))
+        result = self.core.result(self.name, self.now, self.wall_s, (self.mail.most_queued(),))
         if self._net is not None:
             self._net.report(result, self.agents)
         elif result.faults is not None:  # injected LLM faults only
@@ -340,7 +340,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         if len(memory) > self._window:
             del memory[: len(memory) - self._window]
         recruited = self._recruited
-        ctx = AgentContext(a.id, self.org, self.now, recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+        ctx = new_context(a.id, self.org, self.now, recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
         try:
             eff = self.behaviour.on_reply(ctx, a.data, reply)
         except Exception as exc:
