@@ -133,4 +133,5 @@ def _add(column: array[Any], where: list[int] | np.ndarray, amounts: list[int] |
         return
     typecode = column.typecode
     dtype = np.float64 if typecode == "d" else np.int64
-    np.add.at(np.frombuffer(column, dtype=dtype), where, 1 if amounts is None else np.frombuffer(array(typecode, amounts), dtype=dtype))
+    add = 1 if amounts is None else np.frombuffer(array(typecode, amounts), dtype=dtype)
+    np.add.at(np.frombuffer(column, dtype=dtype), where, add)

@@ -38,6 +38,8 @@ __all__ = [
     "ToolResult",
     "check_organisation",
     "new_context",
+    "new_send",
+    "sends_only",
     "uses_tools",
 ]
 
@@ -154,6 +156,22 @@ class AgentContext:
 
 
 _new = object.__new__
+
+
+def new_send(recipients: Sequence[int], channel: str, kind: str, payload: Any, parent: int | None = None) -> Send:
+    """``Send(recipients, channel, kind, payload, parent)``, made without calling the
+    class (see :func:`new_context`): for a behaviour's hot path."""
+    send = _new(Send)
+    send.recipients, send.channel, send.kind, send.payload, send.parent = recipients, channel, kind, payload, parent
+    return send
+
+
+def sends_only(sends: Sequence[Send]) -> Effects:
+    """``Effects(sends=sends)``, made without calling the class (see :func:`new_context`):
+    for a behaviour's hot path."""
+    eff = _new(Effects)
+    eff.state, eff.sends, eff.llm, eff.tool, eff.recruits, eff.interrupt = UNCHANGED, sends, None, None, 0, None
+    return eff
 
 
 def new_context(agent: int, org: Organisation, now: float, recruited: list[int]) -> AgentContext:

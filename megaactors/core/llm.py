@@ -216,7 +216,8 @@ class SimulatedLLM:
         # LLMReply(tokens_in, tokens_out, latency, cost, stage, call_index), made
         # without calling the class (see new_context): this runs once per call
         reply = _new(LLMReply)
-        reply.tokens_in, reply.tokens_out, reply.stage, reply.call_index = tokens_in, tokens_out, request.stage, call_index
+        reply.tokens_in, reply.tokens_out = tokens_in, tokens_out
+        reply.stage, reply.call_index = request.stage, call_index
         reply.latency_s = base + tokens_out * per_token
         reply.cost_usd = (tokens_in * per_m_in + tokens_out * per_m_out) / 1e6
         reply.text = reply.failed = None

@@ -27,6 +27,7 @@ from megaactors.core.messages import (
     check_human_text,
     int_size,
     int_size_total,
+    new_packet,
 )
 from megaactors.core.organisation import Organisation, RouteError
 from megaactors.runtime.machine_link import MachineLink
@@ -239,7 +240,7 @@ class Postman:
         count = len(recipients)
         mid = first + count
         if mid <= self._id_bound:  # every id of the send has the size of the first
-            packets = [Packet(sender, channel, send.kind, send.payload, send.parent, now, first, recipients)]
+            packets = [new_packet(sender, channel, send.kind, send.payload, send.parent, now, first, recipients)]
             id_bytes = count * self._id_size
             self._next_id = mid
         else:

@@ -27,7 +27,7 @@ from itertools import repeat
 from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
-from megaactors.core.behaviour import NOTHING, AgentContext, Behaviour, Effects, LLMRequest, new_context
+from megaactors.core.behaviour import NOTHING, UNCHANGED, AgentContext, Behaviour, Effects, LLMRequest, new_context
 from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
@@ -280,7 +280,12 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
             eff = self.behaviour.on_batch(ctx, a.data, batch)
         except Exception as exc:
             raise self.core.batch_error(a, batch, exc) from exc
-        self._go_on(a, self._apply_effects(a, eff), ctx)  # _apply, inlined
+        llm = eff.llm  # an LLM call and nothing else: Interpreter.apply and _go_on, inlined
+        plain = type(llm) is LLMRequest and self._plain_llm and eff.state is UNCHANGED and eff.interrupt is None
+        if plain and not (eff.sends or eff.recruits):
+            self._call_llm_now(a, llm)  # type: ignore[arg-type]
+        else:
+            self._go_on(a, self._apply_effects(a, eff), ctx)  # _apply, inlined
 
     def _apply(self, a: Agent, eff: Effects, ctx: AgentContext | None = None) -> None:
         self._go_on(a, self._apply_effects(a, eff), ctx)
