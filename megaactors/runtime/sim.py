@@ -329,7 +329,13 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
         seq = self._seq = self._seq + 1
         event = (self.now + reply.latency_s, seq, aid)
         a.pending = (new_tokens, reply, event)
-        self._events.push(event)
+        events = self._events  # EventQueue.push, inlined when the event's bucket exists
+        key = int(event[0] * events.inverse_width)
+        bucket = events.buckets.get(key) if key > events.current_key else None
+        if bucket is not None:
+            bucket.append(event)
+        else:
+            events.push(event)
 
     def _complete(self, a: Agent) -> None:
         """An LLM call or a tool call of ``a`` finished now."""
