@@ -71,3 +71,25 @@ def test_the_deepest_queue_is_read_from_the_in_queues_once_every_log_is_read() -
         seen.add(most > 0)
     assert seen == {True, False}
     assert rt.result().ledger.peak_queue_depth >= 1
+
+
+def test_a_view_of_a_group_made_cheaply_equals_the_one_its_class_makes() -> None:
+    from megaactors.runtime.channel_log import Without, without
+
+    members = [10, 11, 12, 13]
+    made = without(members, 2, 4)
+    assert _slots(made) == _slots(Without(members, 2, 4)) and made == [10, 11, 13]
+
+
+def test_a_broadcast_is_told_from_its_slices_as_from_the_peers_list() -> None:
+    """:func:`is_broadcast` on the intra channel compares a one-group sender's
+    recipients with its group in slices: the same answer as against ``group_peers``."""
+    from megaactors.runtime.postman import is_broadcast
+
+    org = Organisation.two_tier(40, 6)
+    for sender in range(40):
+        peers = org.group_peers(sender)
+        cases = [peers, peers[:-1], peers[1:], peers[::-1], [*peers, sender], [sender, *peers[1:]]]
+        for recipients in cases:
+            expected = len(recipients) > 0 and recipients == peers
+            assert is_broadcast(org, sender, list(recipients), "intra") == expected, (sender, recipients)

@@ -34,7 +34,7 @@ from typing import Any
 
 from megaactors.core.messages import ADMIN, INTRA, Packet
 from megaactors.core.organisation import Organisation
-from megaactors.runtime.channel_log import ChannelLog, LogSlice, Without, gather, leads, member_position
+from megaactors.runtime.channel_log import ChannelLog, LogSlice, Without, gather, leads, member_position, without
 from megaactors.runtime.postman import is_broadcast
 
 __all__ = ["ChannelLog", "LogSlice", "Mailboxes", "Without", "gather", "leads"]
@@ -216,7 +216,7 @@ class Mailboxes:
             if span is None or len(span) != len(members):
                 span = self._spans[mg] = _span(members)
         if len(packet.recipients) == len(members) - 1:
-            packet.recipients = Without(members, member_position(members, sender), len(members))
+            packet.recipients = without(members, member_position(members, sender), len(members))
         if log is not None:
             log.post(packet, sender)
         return span if type(span) is range else members

@@ -51,6 +51,13 @@ def is_broadcast(org: Organisation, sender: int, recipients: Sequence[int], chan
     if channel == INTRA:
         mg, ag = org.member_group[sender], org.admin_group[sender]
         groups = org.groups
+        if mg >= 0 and not 0 <= ag != mg:  # one group: compared in slices, its peers' list not built
+            members = groups[mg]
+            i = sender - members[0]
+            if 0 <= i < len(members) and members[i] == sender:  # where group_peers finds it first
+                return (
+                    count == len(members) - 1 and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]
+                )
         most = (len(groups[mg]) if mg >= 0 else 0) + (len(groups[ag]) if 0 <= ag != mg else 0)
         return most - 2 <= count <= most and recipients == org.group_peers(sender)
     if channel == ADMIN:
