@@ -69,6 +69,34 @@ def test_sharded_equals_unsharded(kind: str, jitter: float) -> None:
     assert summary["messages"] > 0 and 0 < summary["peak_llm_in_flight"] < summary["llm_calls"]
 
 
+def test_shards_in_this_process_run_with_the_collector_paused() -> None:
+    """As SimRuntime.run: no cyclic collection while shards run (with a million agents
+    each full pass walks every object), and the collector as it was afterwards."""
+    import gc
+
+    collections: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    network = NetworkModel({"intra": 0.01, "admin": 0.02}, 0.05, 0.002, machine_count=2)
+    runtime = ShardedSimulation(Organisation.two_tier(3000, 27), ChatRound(), seed=1, network=network, shards=2)
+    threshold = gc.get_threshold()
+    gc.collect()
+    gc.set_threshold(100)  # a collection every 100 allocations, were the collector on
+    gc.callbacks.append(seen)
+    during: list[int] = []  # collections so far, after each window
+    try:
+        result = runtime.run(on_window=lambda _: during.append(len(collections)))
+    finally:
+        gc.callbacks.remove(seen)
+        gc.set_threshold(*threshold)
+    assert result.ledger.messages > 50_000 and len(during) > 10
+    assert during[-1] == 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
 def test_engineered_ties_go_the_same_way_for_every_k() -> None:
     """Every call takes exactly 1 s and every copy exactly 0.05 s: events tie in time
     all the time, within and across machines."""
