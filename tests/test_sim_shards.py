@@ -17,6 +17,7 @@ from megaactors.core.llm import LatencyModel, SimulatedLLM
 from megaactors.errors import ParameterError
 from megaactors.network import FaultSpec, NetworkModel
 from megaactors.providers.limits import ProviderModel
+from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.sim import SimRuntime
 from megaactors.runtime.sim_shards import ShardedSimulation
 
@@ -95,6 +96,23 @@ def test_shards_in_this_process_run_with_the_collector_paused() -> None:
     assert result.ledger.messages > 50_000 and len(during) > 10
     assert during[-1] == 0
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_a_shard_actor_keeps_the_collector_off_in_its_process() -> None:
+    """A Ray actor's process runs one shard: the collector is off for its life."""
+    import gc
+
+    from megaactors.runtime.sim_shards_ray import ShardActor
+
+    network = NetworkModel({"intra": 0.01, "admin": 0.02}, 0.05, 0.0, machine_count=2)
+    options = RuntimeOptions.build(None, seed=1, network=network, trace=False)
+    try:
+        actor = ShardActor(Organisation.two_tier(60, 8), ChatRound(), SimulatedLLM(seed=1), options, [0], [0, 1])
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
+        assert actor.start().next_time > 0
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 def test_engineered_ties_go_the_same_way_for_every_k() -> None:
