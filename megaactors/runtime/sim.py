@@ -365,7 +365,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
         recruited = self._recruited
         ctx = _new(AgentContext)  # new_context, inlined
         ctx.agent, ctx.org, ctx.now = a.id, self.org, self.now
-        ctx.recruited = recruited.pop(a.id, ()) if recruited else ()  # type: ignore[assignment]
+        ctx.recruited = recruited.pop(a.id, ()) if recruited else ()  # type: ignore[arg-type,assignment]
         try:
             eff = self.behaviour.on_reply(ctx, a.data, reply)
         except Exception as exc:
