@@ -177,7 +177,7 @@ def sends_only(sends: Sequence[Send]) -> Effects:
 def new_context(agent: int, org: Organisation, now: float, recruited: list[int]) -> AgentContext:
     """``AgentContext(agent, org, now, recruited)``, made without calling the class: on
     CPython 3.11 a class whose ``__init__`` is Python code costs about 3,000 machine
-    instructions a call, this a fifth of that (a runtime makes one per callback)."""
+    instructions a call, this a fraction of that (a runtime makes one per callback)."""
     ctx = _new(AgentContext)
     ctx.agent, ctx.org, ctx.now, ctx.recruited = agent, org, now, recruited
     return ctx
