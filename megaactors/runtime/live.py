@@ -45,7 +45,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, Agent, Phase
-from megaactors.core.behaviour import AgentContext, Behaviour, Effects, LLMRequest, ToolCall
+from megaactors.core.behaviour import AgentContext, Behaviour, Effects, LLMRequest, ToolCall, new_context
 from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
@@ -180,7 +180,7 @@ class LiveRuntime(ABC):
         """The context of ``a``'s next callback, now."""
         # Interpreter.context, inlined: this runs twice per activation
         recruited = self.core.recruited
-        return AgentContext(a.id, self.org, self.now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+        return new_context(a.id, self.org, self.now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ what a subclass supplies
 
@@ -327,7 +327,7 @@ class LiveRuntime(ABC):
                 if batch is None:
                     batch = self.take(a, woken)
                     woken = False
-                ctx = AgentContext(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+                ctx = new_context(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
                 try:
                     eff = behaviour.on_batch(ctx, a.data, batch)
                 except Exception as exc:
@@ -363,7 +363,7 @@ class LiveRuntime(ABC):
                 memory.append(reply.tokens_out)
                 if len(memory) > core.window:
                     del memory[: len(memory) - core.window]
-                ctx = AgentContext(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+                ctx = new_context(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
                 try:
                     eff = behaviour.on_reply(ctx, a.data, reply)
                 except Exception as exc:
