@@ -17,6 +17,7 @@ from megaactors.core.llm import LatencyModel, SimulatedLLM
 from megaactors.errors import ParameterError
 from megaactors.network import FaultSpec, NetworkModel
 from megaactors.providers.limits import ProviderModel
+from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.sim import SimRuntime
 from megaactors.runtime.sim_shards import ShardedSimulation
 
@@ -67,6 +68,51 @@ def test_sharded_equals_unsharded(kind: str, jitter: float) -> None:
     out = assert_same_for_every_k(ORGS[kind], network)
     summary = out["summary"]
     assert summary["messages"] > 0 and 0 < summary["peak_llm_in_flight"] < summary["llm_calls"]
+
+
+def test_shards_in_this_process_run_with_the_collector_paused() -> None:
+    """As SimRuntime.run: no cyclic collection while shards run (with a million agents
+    each full pass walks every object), and the collector as it was afterwards."""
+    import gc
+
+    collections: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    network = NetworkModel({"intra": 0.01, "admin": 0.02}, 0.05, 0.002, machine_count=2)
+    runtime = ShardedSimulation(Organisation.two_tier(3000, 27), ChatRound(), seed=1, network=network, shards=2)
+    threshold = gc.get_threshold()
+    gc.collect()
+    gc.set_threshold(100)  # a collection every 100 allocations, were the collector on
+    gc.callbacks.append(seen)
+    during: list[int] = []  # collections so far, after each window
+    try:
+        result = runtime.run(on_window=lambda _: during.append(len(collections)))
+    finally:
+        gc.callbacks.remove(seen)
+        gc.set_threshold(*threshold)
+    assert result.ledger.messages > 50_000 and len(during) > 10
+    assert during[-1] == 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_a_shard_actor_keeps_the_collector_off_in_its_process() -> None:
+    """A Ray actor's process runs one shard: the collector is off for its life."""
+    import gc
+
+    from megaactors.runtime.sim_shards_ray import ShardActor
+
+    network = NetworkModel({"intra": 0.01, "admin": 0.02}, 0.05, 0.0, machine_count=2)
+    options = RuntimeOptions.build(None, seed=1, network=network, trace=False)
+    try:
+        actor = ShardActor(Organisation.two_tier(60, 8), ChatRound(), SimulatedLLM(seed=1), options, [0], [0, 1])
+        assert not gc.isenabled() and gc.get_freeze_count() > 0
+        assert actor.start().next_time > 0
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 def test_engineered_ties_go_the_same_way_for_every_k() -> None:

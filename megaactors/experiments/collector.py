@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from megaactors.core.agent import AgentState
 from megaactors.core.ledger import Ledger
 from megaactors.runtime.events import superstep_end
+from megaactors.runtime.gc_tuning import paused_gc
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -222,14 +223,16 @@ class DataCollector:
 
     def run(self, runtime: Steppable, until: float = math.inf) -> DataCollector:
         """Drive ``runtime`` to its end (or virtual time ``until``), collecting at
-        every interval; returns this collector."""
-        if not runtime.started:
-            self.advance(runtime)
-        while not runtime.finished:
-            nxt = runtime.next_event_time
-            if nxt is None or nxt >= until:
-                break
-            self.advance(runtime)
+        every interval; returns this collector. The cyclic collector is paused
+        meanwhile, as in :meth:`SimRuntime.run <megaactors.runtime.sim.SimRuntime.run>`."""
+        with paused_gc():
+            if not runtime.started:
+                self.advance(runtime)
+            while not runtime.finished:
+                nxt = runtime.next_event_time
+                if nxt is None or nxt >= until:
+                    break
+                self.advance(runtime)
         return self
 
     # ------------------------------------------------------------------ results

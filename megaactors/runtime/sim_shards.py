@@ -42,6 +42,7 @@ from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
 from megaactors.network.decisions import FaultDecisions
 from megaactors.network.faults import FaultSpec
+from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.machine_link import Outgoing
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
@@ -146,7 +147,7 @@ class ShardedSimulation:
         durable = checkpoint_every is not None or resume_from is not None
         wall0 = time.perf_counter()
         every = [() for _ in range(self.shards)]
-        with self._shard_calls(durable) as call:
+        with paused_gc(), self._shard_calls(durable) as call:  # shards in this process: as SimRuntime.run
             self.startup_s = time.perf_counter() - wall0
             if resume_from is None:
                 reports: list[WindowReport] = call("start", every)
@@ -173,7 +174,7 @@ class ShardedSimulation:
                     on_window(self.windows)
             parts: list[MachinePart] = [p for ps in call("parts", every) for p in ps]
             self.shard_peak_rss_kb = call("peak_rss_kb", every)
-        return merge_parts(self.org, self.machines, parts, time.perf_counter() - wall0)
+            return merge_parts(self.org, self.machines, parts, time.perf_counter() - wall0)
 
     def _check_checkpoint(self, checkpoint: dict[str, Any], shard: int) -> dict[int, dict[str, Any]]:
         """The machines of ``shard`` in ``checkpoint``, refused if it does not fit."""
