@@ -95,7 +95,7 @@ class ChangeTracker:
         channels: Iterable[str] = encoded["channel"]  # all of them, or their one value
         if not broadcasts.all():
             senders = senders[broadcasts]
-            channels = map(_CHANNEL, compress(packets, broadcasts))
+            channels = map(_CHANNEL, compress(packets, broadcasts.tolist()))
         member_group, admin_group = self._group_columns()
         groups = set(member_group[senders].tolist()) | set(admin_group[senders].tolist())  # np.unique imports numpy.ma
         groups.discard(-1)
