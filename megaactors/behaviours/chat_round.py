@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from megaactors.core.behaviour import NOTHING, AgentContext, Effects, LLMRequest, Send
+from megaactors.core.behaviour import NOTHING, AgentContext, Effects, LLMRequest, Send, new_send, sends_only
 from megaactors.core.llm import LLMReply
 from megaactors.core.messages import ADMIN, HIERARCHY, HUMAN, INTRA, Batch, Packet
 from megaactors.core.organisation import Organisation
@@ -186,9 +186,11 @@ class ChatRound:
             if org.kind == "star":
                 sends = [Send((org.parent[a],), HIERARCHY, "ask", [r, self.text])]
             else:
+                # Send(...) and Effects(sends=...), made cheaply: this runs in every cost experiment
                 payload = [r, self.text]
-                sends = [Send(peers, ch, "chat", payload) for ch, peers in mesh_channels(org, a)]
+                sends = [new_send(peers, ch, "chat", payload) for ch, peers in mesh_channels(org, a)]
                 state[_ROUND], state[_GOT], state[_AHEAD] = r + 1, state[_AHEAD], 0
+                return sends_only(sends)
             return Effects(sends=sends)
         if todo == _ANSWER:
             senders = state[_SENDERS]

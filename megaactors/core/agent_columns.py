@@ -85,21 +85,24 @@ class AgentColumns:
         cols = self._columns
         agents, tokens_in, tokens_out, cost = self.calls
         if agents:
-            _add(cols["llm_calls"], agents, None)
-            _add(cols["tokens_in"], agents, tokens_in)
-            _add(cols["tokens_out"], agents, tokens_out)
-            _add(self._cost, agents, cost)
+            where = _where(agents)
+            _add(cols["llm_calls"], where, None)
+            _add(cols["tokens_in"], where, tokens_in)
+            _add(cols["tokens_out"], where, tokens_out)
+            _add(self._cost, where, cost)
             _clear(self.calls)
         agents, messages, sizes = self.batches
         if agents:
-            _add(cols["batches"], agents, None)
-            _add(cols["received"], agents, messages)
-            _add(cols["bytes_received"], agents, sizes)
+            where = _where(agents)
+            _add(cols["batches"], where, None)
+            _add(cols["received"], where, messages)
+            _add(cols["bytes_received"], where, sizes)
             _clear(self.batches)
         agents, messages, sizes = self.sends
         if agents:
-            _add(cols["sent"], agents, messages)
-            _add(cols["bytes_sent"], agents, sizes)
+            where = _where(agents)
+            _add(cols["sent"], where, messages)
+            _add(cols["bytes_sent"], where, sizes)
             _clear(self.sends)
 
 
@@ -108,16 +111,27 @@ def _clear(journal: tuple[list[Any], ...]) -> None:
         part.clear()
 
 
-def _add(column: array[Any], agents: list[int], amounts: list[int] | list[float] | None) -> None:
-    """``column[agents[i]] += amounts[i]`` (1 when ``amounts`` is None), in order."""
+def _where(agents: list[int]) -> list[int] | np.ndarray:
+    """A journal's agents as :func:`_add` takes them: the list itself when it is short,
+    else an index array (through ``array('q')``, which converts a list of ints about
+    five times faster than ``numpy.array`` does)."""
     if len(agents) < _SMALL:
+        return agents
+    return np.frombuffer(array("q", agents), dtype=np.int64)
+
+
+def _add(column: array[Any], where: list[int] | np.ndarray, amounts: list[int] | list[float] | None) -> None:
+    """``column[where[i]] += amounts[i]`` (1 when ``amounts`` is None), in order
+    (``where``: from :func:`_where`)."""
+    if type(where) is list:
         if amounts is None:
-            for a in agents:
+            for a in where:
                 column[a] += 1
         else:
-            for a, x in zip(agents, amounts, strict=True):
+            for a, x in zip(where, amounts, strict=True):
                 column[a] += x
         return
-    dtype = np.float64 if column.typecode == "d" else np.int64
-    where = np.array(agents, dtype=np.intp)
-    np.add.at(np.frombuffer(column, dtype=dtype), where, 1 if amounts is None else np.array(amounts, dtype=dtype))
+    typecode = column.typecode
+    dtype = np.float64 if typecode == "d" else np.int64
+    add = 1 if amounts is None else np.frombuffer(array(typecode, amounts), dtype=dtype)
+    np.add.at(np.frombuffer(column, dtype=dtype), where, add)

@@ -31,6 +31,7 @@ __all__ = [
 _MASK = (1 << 64) - 1
 _TWO_PI = 2.0 * math.pi
 _sqrt, _log, _cos, _exp = math.sqrt, math.log, math.cos, math.exp
+_new = object.__new__
 
 
 def _splitmix(x: int) -> int:
@@ -212,11 +213,12 @@ class SimulatedLLM:
             base = median
         if prefill:
             base += tokens_in * prefill
-        return LLMReply(
-            tokens_in,
-            tokens_out,
-            base + tokens_out * per_token,
-            (tokens_in * per_m_in + tokens_out * per_m_out) / 1e6,
-            request.stage,
-            call_index,
-        )
+        # LLMReply(tokens_in, tokens_out, latency, cost, stage, call_index), made
+        # without calling the class (see new_context): this runs once per call
+        reply = _new(LLMReply)
+        reply.tokens_in, reply.tokens_out = tokens_in, tokens_out
+        reply.stage, reply.call_index = request.stage, call_index
+        reply.latency_s = base + tokens_out * per_token
+        reply.cost_usd = (tokens_in * per_m_in + tokens_out * per_m_out) / 1e6
+        reply.text = reply.failed = None
+        return reply

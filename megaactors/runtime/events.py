@@ -41,13 +41,16 @@ def superstep_end(t: float, step_s: float) -> float:
 class EventQueue:
     """Events ordered by ``(time, sequence)``, bucketed by time."""
 
-    __slots__ = ("_buckets", "_keys", "current", "current_key", "index", "inverse_width", "soon")
+    __slots__ = ("_keys", "buckets", "current", "current_key", "index", "inverse_width", "soon")
 
     def __init__(self, width: float, events: Iterable[Event] = ()) -> None:
         if not width > 0 or width == float("inf"):
             raise ValueError(f"bucket width must be a finite number > 0, got {width!r}")
         self.inverse_width = 1.0 / width
-        self._buckets: dict[int, list[Event]] = {}
+        self.buckets: dict[int, list[Event]] = {}
+        """Time key -> the events of a bucket after the current one (unsorted); a
+        caller may append an event due after the current bucket to its bucket here
+        when that bucket exists (what :meth:`push` does)."""
         self._keys: list[int] = []
         """Keys of the non-empty buckets after the current one (a heap)."""
         self.current: list[Event] = []
@@ -68,9 +71,9 @@ class EventQueue:
         if key <= self.current_key:
             heapq.heappush(self.soon, event)
             return
-        bucket = self._buckets.get(key)
+        bucket = self.buckets.get(key)
         if bucket is None:
-            self._buckets[key] = [event]
+            self.buckets[key] = [event]
             heapq.heappush(self._keys, key)
         else:
             bucket.append(event)
@@ -83,7 +86,7 @@ class EventQueue:
         if not self._keys:
             return False
         key = heapq.heappop(self._keys)
-        bucket = self._buckets.pop(key)
+        bucket = self.buckets.pop(key)
         bucket.sort()
         self.current, self.index, self.current_key = bucket, 0, key
         return True
@@ -115,12 +118,12 @@ class EventQueue:
         """Every pending event, in no particular order."""
         pending = self.current[self.index :]
         pending.extend(self.soon)
-        for bucket in self._buckets.values():
+        for bucket in self.buckets.values():
             pending.extend(bucket)
         return pending
 
     def __len__(self) -> int:
-        return len(self.current) - self.index + len(self.soon) + sum(map(len, self._buckets.values()))
+        return len(self.current) - self.index + len(self.soon) + sum(map(len, self.buckets.values()))
 
     def __bool__(self) -> bool:
         return self.index < len(self.current) or bool(self.soon) or bool(self._keys)

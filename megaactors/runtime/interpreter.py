@@ -34,6 +34,7 @@ from megaactors.core.behaviour import (
     LLMRequest,
     ToolCall,
     ToolResult,
+    new_context,
     uses_tools,
 )
 from megaactors.core.ledger import Ledger
@@ -146,7 +147,7 @@ class Interpreter:
         """The context of ``a``'s next callback: ``ctx.recruited`` lists the agents it
         recruited since its previous one."""
         recruited = self.recruited
-        return AgentContext(a.id, self.org, now, recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+        return new_context(a.id, self.org, now, recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
 
     def start_effects(self, now: float = 0.0, agents: Iterable[Agent] | None = None) -> list[Effects | None]:
         """Every agent's ``on_start`` (or those of ``agents``), in id order."""

@@ -34,7 +34,7 @@ from typing import Any
 
 from megaactors.core.messages import ADMIN, INTRA, Packet
 from megaactors.core.organisation import Organisation
-from megaactors.runtime.channel_log import ChannelLog, LogSlice, Without, gather, leads, member_position
+from megaactors.runtime.channel_log import ChannelLog, LogSlice, Without, gather, leads, member_position, without
 from megaactors.runtime.postman import is_broadcast
 
 __all__ = ["ChannelLog", "LogSlice", "Mailboxes", "Without", "gather", "leads"]
@@ -216,7 +216,7 @@ class Mailboxes:
             if span is None or len(span) != len(members):
                 span = self._spans[mg] = _span(members)
         if len(packet.recipients) == len(members) - 1:
-            packet.recipients = Without(members, member_position(members, sender), len(members))
+            packet.recipients = without(members, member_position(members, sender), len(members))
         if log is not None:
             log.post(packet, sender)
         return span if type(span) is range else members
@@ -233,6 +233,14 @@ class Mailboxes:
     def queued(self, agent: int) -> int:
         """How many messages wait for ``agent``."""
         return len(self.inboxes[agent]) + sum(log.unread(agent) for log in self.reads[agent])
+
+    def most_queued(self) -> int:
+        """The most messages waiting for any one agent (``max`` of :meth:`queued`):
+        from the in-queues' lengths alone when every log has been read to its end,
+        as at the end of a run, else agent by agent."""
+        if all(min(log.cursors.values(), default=log.end) == log.end for log in self._logs()):
+            return max(map(len, self.inboxes), default=0)
+        return max(map(self.queued, range(len(self.inboxes))), default=0)
 
     def head(self, agent: int) -> int:
         """``first_id`` of the first packet waiting for ``agent`` (-1: none). Every

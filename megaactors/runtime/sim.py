@@ -27,7 +27,7 @@ from itertools import repeat
 from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
-from megaactors.core.behaviour import NOTHING, AgentContext, Behaviour, Effects, LLMRequest
+from megaactors.core.behaviour import NOTHING, UNCHANGED, AgentContext, Behaviour, Effects, LLMRequest
 from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
@@ -42,16 +42,18 @@ from megaactors.runtime.result import RunResult
 from megaactors.runtime.sim_placement import SimPlacement
 from megaactors.runtime.sim_queues import SimQueues, event_width
 from megaactors.runtime.sim_retry import ProviderCalls
-from megaactors.runtime.sim_state import START, SimObserver, SimState, ToolInFlight
+from megaactors.runtime.sim_snapshots import SimSnapshots
+from megaactors.runtime.sim_state import START, SimObserver, ToolInFlight
 from megaactors.runtime.sim_tools import ToolCalls
 
 __all__ = ["SimRuntime"]
 
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
 _append = list.append
+_new = object.__new__
 
 
-class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
+class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots):
     """Runs a behaviour over an organisation in virtual time.
 
     ``observer`` watches the run change between snapshots (see
@@ -221,7 +223,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         """Ledger, trace and states as they stand."""
         if self._machine_ledger is not None:
             self._machine_ledger.settle()
-        result = self.core.result(self.name, self.now, self.wall_s, map(self.queued, range(len(self.agents))))
+        result = self.core.result(self.name, self.now, self.wall_s, (self.mail.most_queued(),))
         if self._net is not None:
             self._net.report(result, self.agents)
         elif result.faults is not None:  # injected LLM faults only
@@ -262,9 +264,19 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
             a.pending = None
             self._apply(a, self._start_effects.pop(a.id))
             return
-        if self._reads[a.id]:  # it reads a channel log: nothing done per message here
-            count, copy_bytes, parts = self.mail.take_later(a.id)
-            batch = Batch.deferred(a.id, count, gather, parts, leads)
+        aid, reads = a.id, self._reads[a.id]
+        if reads:  # it reads a channel log: nothing done per message here
+            if a.inbox:
+                count, copy_bytes, parts = self.mail.take_later(aid)
+            else:  # Mailboxes.take_later, inlined: only logs to read (the usual case)
+                parts, count, copy_bytes = [], 0, 0
+                for log in reads:
+                    if log.cursors[aid] < log.end:
+                        part, unread, size = log.take(aid)  # type: ignore[misc]
+                        parts.append(part)
+                        count += unread
+                        copy_bytes += size
+            batch = Batch.deferred(aid, count, gather, parts, leads)
             nbytes = self.postman.account_batch(a.id, count, copy_bytes)
         else:  # Agent.take_batch, inlined: the in-queue list itself lives as long as the agent
             inbox = a.inbox
@@ -280,7 +292,12 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
             eff = self.behaviour.on_batch(ctx, a.data, batch)
         except Exception as exc:
             raise self.core.batch_error(a, batch, exc) from exc
-        self._go_on(a, self._apply_effects(a, eff), ctx)  # _apply, inlined
+        llm = eff.llm  # an LLM call and nothing else: Interpreter.apply and _go_on, inlined
+        plain = type(llm) is LLMRequest and self._plain_llm and eff.state is UNCHANGED and eff.interrupt is None
+        if plain and not (eff.sends or eff.recruits):
+            self._call_llm_now(a, llm)  # type: ignore[arg-type]
+        else:
+            self._go_on(a, self._apply_effects(a, eff), ctx)  # _apply, inlined
 
     def _apply(self, a: Agent, eff: Effects, ctx: AgentContext | None = None) -> None:
         self._go_on(a, self._apply_effects(a, eff), ctx)
@@ -312,7 +329,13 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         seq = self._seq = self._seq + 1
         event = (self.now + reply.latency_s, seq, aid)
         a.pending = (new_tokens, reply, event)
-        self._events.push(event)
+        events = self._events  # EventQueue.push, inlined when the event's bucket exists
+        key = int(event[0] * events.inverse_width)
+        bucket = events.buckets.get(key) if key > events.current_key else None
+        if bucket is not None:
+            bucket.append(event)
+        else:
+            events.push(event)
 
     def _complete(self, a: Agent) -> None:
         """An LLM call or a tool call of ``a`` finished now."""
@@ -340,7 +363,9 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
         if len(memory) > self._window:
             del memory[: len(memory) - self._window]
         recruited = self._recruited
-        ctx = AgentContext(a.id, self.org, self.now, recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+        ctx = _new(AgentContext)  # new_context, inlined
+        ctx.agent, ctx.org, ctx.now = a.id, self.org, self.now
+        ctx.recruited = recruited.pop(a.id, ()) if recruited else ()  # type: ignore[arg-type,assignment]
         try:
             eff = self.behaviour.on_reply(ctx, a.data, reply)
         except Exception as exc:
@@ -412,77 +437,3 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement):
                 if not all(map(is_awake, recipients)):
                     self._wake_idle(recipients)
         a.outbox = []
-
-    # ------------------------------------------------------------------ the state between events
-
-    def snapshot(self) -> SimState:
-        """The whole state between two events (sharing this runtime's containers)."""
-        core, slots, token = self.core, self._llm_slots, self._token
-        return SimState(
-            now=self.now,
-            seq=self._seq,
-            events_run=self.events_run,
-            started=self.started,
-            agents=core.agents,
-            mail=self.mail,
-            awake=self._awake,
-            events=self._events.events(),
-            in_flight=core.in_flight,
-            llm_waiting=[a.id for a in slots.waiters()] if slots is not None else [],
-            serial_holder=token.holder.id if token is not None and token.holder is not None else None,
-            serial_waiting=[a.id for a in token.waiters()] if token is not None else [],
-            lock_holders={name: gate.holder.id for name, gate in self._locks.items() if gate.holder is not None},
-            lock_waiting={name: [a.id for a in gate.waiters()] for name, gate in self._locks.items() if gate.waiting},
-            start_effects=self._start_effects,
-            recruited=core.recruited,
-            recruiters=core.recruiters,
-            tool_invocations=core.tool_invocations,
-            next_message_id=core.postman.next_message_id,
-            ledger=core.ledger,
-            trace=core.trace,
-            wall_s=self.wall_s,
-            limits=core.limits if core.provider is not None else None,
-            network=self._net.state if self._net is not None else None,
-            machines=self._machine_counters(),
-        )
-
-    def restore(self, state: SimState) -> None:
-        """Continue from ``state`` (taken from a run of this organisation, behaviour,
-        LLM and options, or built to match one): this runtime adopts its containers."""
-        core, agents = self.core, state.agents
-        queues = None
-        if agents is not core.agents or state.mail is not self.mail:  # another runtime's: copy its in-queues
-            live = state.mail.live()
-            queues = [live[i] for i in sorted(live)], [state.mail.head(i) for i in range(len(agents))]
-        if agents is not core.agents:
-            core.agents[:] = agents
-        self._restore_placement(state)  # the ledger and the message ids
-        core.trace = state.trace
-        core.recruited, core.recruiters = state.recruited, state.recruiters
-        core.in_flight, core.tool_invocations = state.in_flight, state.tool_invocations
-        if state.limits is not None:
-            core.limits = state.limits
-        self._bind()
-        if queues is not None:
-            self._open_mail()
-            self.mail.refill(*queues)
-        self._awake = state.awake
-        self.now, self._seq, self.events_run, self.started = state.now, state.seq, state.events_run, state.started
-        self.wall_s = state.wall_s
-        self._events = EventQueue(self._events_width, state.events)
-        self._ready.clear()
-        self._start_effects = state.start_effects
-        if self._net is not None and state.network is not None:
-            self._net.state = state.network
-        at = agents.__getitem__
-        if self._llm_slots is not None:
-            slots = self._llm_slots.capacity
-            self._llm_slots = FifoGate.restored(None, map(at, state.llm_waiting), capacity=slots, held=state.in_flight)
-        if self._token is not None:
-            holder = None if state.serial_holder is None else at(state.serial_holder)
-            self._token = FifoGate.restored(holder, map(at, state.serial_waiting))
-        holders, waiting = state.lock_holders, state.lock_waiting
-        self._locks = {
-            name: FifoGate.restored(at(holders[name]) if name in holders else None, map(at, waiting.get(name, [])))
-            for name in [*holders, *(name for name in waiting if name not in holders)]
-        }
