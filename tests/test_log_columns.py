@@ -76,6 +76,25 @@ def test_the_mesh_chat_round_reads_the_same_rounds_from_the_column() -> None:
     assert all(state[1] == state[5] for state in result.states)  # every message of round 2 counted
 
 
+def test_asyncio_batches_read_their_leads_from_the_logs_as_from_the_packets() -> None:
+    from megaactors.runtime import AsyncioRuntime
+
+    seen: list[tuple[list, list]] = []
+
+    class Recording(ChatRound):
+        def on_batch(self, ctx, state, batch):  # type: ignore[no-untyped-def]
+            leads_first = batch.leads()  # before anything lists the packets
+            seen.append((leads_first, [lead(p.payload) for p in batch.packets]))
+            return super().on_batch(ctx, state, batch)
+
+    org = Organisation.two_tier(60, 7)
+    result = AsyncioRuntime(org, Recording(2), trace=False).run()
+    expected = SimRuntime(org, ChatRound(2), trace=False).run()
+    assert result.ledger.messages == expected.ledger.messages and result.states == expected.states
+    assert len(seen) > 60 and all(from_logs == from_packets for from_logs, from_packets in seen)
+    assert sum(map(len, (from_logs for from_logs, _ in seen))) == result.ledger.messages
+
+
 def test_share_gives_a_range_for_a_group_of_consecutive_ids_and_the_list_otherwise() -> None:
     org = Organisation.two_tier(12, 4)
     mail = Mailboxes(org, [[] for _ in range(org.n)], lazy=True)

@@ -55,7 +55,7 @@ from megaactors.runtime.aio_timers import CoalescedTimers
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.live import Acquire, Ask, Cycle, CycleWait, LiveRuntime, Sleep
-from megaactors.runtime.mailboxes import Mailboxes, gather
+from megaactors.runtime.mailboxes import Mailboxes, gather, leads
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 
@@ -362,7 +362,10 @@ class AsyncioRuntime(LiveRuntime):
         else:
             self.move(a, PROCESSING)
         count, copy_bytes, parts = self.mailboxes.take_later(a.id)  # type: ignore[union-attr]
-        batch = Batch(a.id, parts[0] if len(parts) == 1 and type(parts[0]) is list else gather(parts))
+        if len(parts) == 1 and type(parts[0]) is list:  # its private in-queue alone
+            batch = Batch(a.id, parts[0])
+        else:  # packets listed if asked for; leads read from a log's column (see Batch.deferred)
+            batch = Batch.deferred(a.id, count, gather, parts, leads)
         nbytes = self.postman.account_batch(a.id, count, copy_bytes)
         if self.trace is None:  # LiveRuntime.account_batch, inlined
             a.batch_tokens = -(-nbytes // self.core.bytes_per_token)
