@@ -76,6 +76,9 @@ def workload(kind: str, n: int) -> int:
 def count(tree: Path, kind: str, n: int) -> int:
     """Instructions of this script run on ``tree`` with ``n`` agents (0: imports only)."""
     env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(tree), OPENBLAS_NUM_THREADS="1")
+    # a small run without valgrind first: a fresh tree's first import compiles each module
+    # it loads to bytecode, which the counted run would pay and the imports-only run not
+    subprocess.run([sys.executable, __file__, "--run", kind, "50"], env=env, capture_output=True, check=True)
     out = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable,
          __file__, "--run", kind, str(n)],

@@ -83,7 +83,7 @@ def _packets(org: Organisation) -> list[Packet]:
 def test_packets_come_back_as_they_were_sent(flags: list[bool] | None) -> None:
     org = Organisation.two_tier(12, 4)
     packets = _packets(org) if flags != [True, True, True] else _packets(org)[:2] + _packets(org)[:1]
-    encoded = encode_packets(packets, flags)
+    encoded = encode_packets(packets, None if flags is None else np.array(flags))
     decoded = decode_packets(msgpack.unpackb(pack_state(encoded), raw=False), org)
     fields = ("first_id", "sender", "channel", "kind", "payload", "parent", "sent_at", "overhead")
     for before, after in zip(packets, decoded, strict=True):

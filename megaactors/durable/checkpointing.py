@@ -62,7 +62,7 @@ from megaactors.durable.store import (
 )
 from megaactors.experiments.spec import ParameterError, RunSpec
 from megaactors.runtime.events import superstep_end
-from megaactors.runtime.gc_tuning import quiet_gc
+from megaactors.runtime.gc_tuning import paused_gc, quiet_gc
 from megaactors.runtime.result import RunResult
 
 __all__ = [
@@ -350,8 +350,12 @@ def _run_durable(
     rt = _simulation(spec, behaviour, tools=tools, on_llm_call=on_llm_call, tool_gate=gate)
     writer = _Writer(store, lease, options.full_ratio, progress)
     latest = store.latest(run_id)
+    # the simulation and its checkpoints make no reference cycles (see gc_tuning): the
+    # collector is paused as in SimRuntime.run, unless spans or billing calls (other
+    # libraries' objects, on every LLM call) run inside
+    collector = quiet_gc() if tracer is not None or options.billing_url else paused_gc()
     try:
-        with quiet_gc():
+        with collector:
             wall0 = time.perf_counter()
             if latest is None:
                 if edits:

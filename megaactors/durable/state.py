@@ -38,8 +38,8 @@ ids, the in-queues packet by packet, the token buckets.
 from __future__ import annotations
 
 from array import array
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,7 @@ from megaactors.runtime.sim_state import SimState
 __all__ = ["ChangeTracker", "DurableSim", "StateError"]
 
 _RECIPIENTS = attrgetter("recipients")
+_PENDING = attrgetter("pending")
 
 
 def _ledger_columns(state: SimState) -> dict[str, array[Any]]:
@@ -257,7 +258,8 @@ class DurableSim(SimRuntime):
         agents = state.agents
         self._shadow_heads = _heads(state)
         self._shadow_awake = bytes(state.awake)
-        self._llm_at_mark = np.fromiter((type(a.pending) is tuple for a in agents), dtype=bool, count=len(agents))
+        waiting = map(is_, map(type, map(_PENDING, agents)), repeat(tuple))  # an LLM call in flight, in C
+        self._llm_at_mark = np.fromiter(waiting, dtype=bool, count=len(agents))
         self._reset_tracking(state)
         self._marked = True
 

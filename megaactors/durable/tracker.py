@@ -1,16 +1,16 @@
 """What changed in a simulation since it was last described: the observer of a
 :class:`~megaactors.durable.state.DurableSim`.
 
-Events run, agents touched outside their own events, and packets stamped are noted
+Events run, agents touched outside their own events, and sends stamped are noted
 as the simulation runs (a list append each); :meth:`ChangeTracker.collect_packets`
-encodes the packets and names the agents they may have come to.
+encodes their packets and names the agents they may have come to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from itertools import compress
-from operator import attrgetter
+from itertools import chain, compress
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ ToolGate = Callable[[int, int, ToolCall, Callable[[], Any]], Any]
 """Runs a tool function: ``(agent, invocation_index, call, run) -> value``."""
 
 _CHANNEL = attrgetter("channel")
+_PACKETS, _BROADCAST = itemgetter(0), itemgetter(1)
 
 
 class ChangeTracker:
@@ -48,15 +49,14 @@ class ChangeTracker:
         self.tool_gate = tool_gate
         self.events: list[int] = []
         self.touched_agents: set[int] = set()
-        self.new_packets: list[Packet] = []
-        self.new_broadcasts: list[bool] = []
+        self.sends: list[tuple[list[Packet], bool]] = []
+        """The packets of every send stamped, and whether it was a broadcast."""
         self._members_of_n = -1
         self._groups_of = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         self._member_arrays: dict[int, np.ndarray] = {}
 
     def stamped(self, packets: list[Packet], broadcast: bool) -> None:
-        self.new_packets += packets
-        self.new_broadcasts += [broadcast and len(packets) == 1] * len(packets)
+        self.sends.append((packets, broadcast))  # one append: this runs once per send
 
     def touched(self, agent: int) -> None:
         self.touched_agents.add(agent)
@@ -73,28 +73,29 @@ class ChangeTracker:
 
     def reset(self) -> None:
         """Forget everything noted so far."""
-        self.events, self.touched_agents = [], set()
-        self.new_packets, self.new_broadcasts = [], []
+        self.events, self.touched_agents, self.sends = [], set(), []
 
     def collect_packets(self, members_changed: bool) -> tuple[dict[str, Any], np.ndarray]:
         """The packets stamped since the last reset, encoded, and the agents that
         received them (and possibly a few more). A broadcast's recipients are left
         out — they are its sender's peers on its channel — unless the organisation's
         groups changed since it was sent (``members_changed``: agents were recruited)."""
-        packets, broadcasts = self.new_packets, self.new_broadcasts
-        self.new_packets, self.new_broadcasts = [], []
-        if members_changed or not any(broadcasts):
+        sends, self.sends = self.sends, []
+        packets = list(chain.from_iterable(map(_PACKETS, sends)))
+        counts = np.fromiter(map(len, map(_PACKETS, sends)), dtype=np.int64, count=len(sends))
+        sent = np.fromiter(map(_BROADCAST, sends), dtype=bool, count=len(sends)) & (counts == 1)
+        if members_changed or not sent.any():
             encoded = encode_packets(packets, None)
             return encoded, np.frombuffer(encoded["recipients"], dtype=np.int64)
+        broadcasts = sent if len(packets) == len(sends) else np.repeat(sent, counts)  # one flag per packet
         encoded = encode_packets(packets, broadcasts)
         # every member of a group or admins' channel that was broadcast to (a few more
         # than received: the groups of admins' senders too)
         senders = np.frombuffer(encoded["sender"], dtype=np.int64)
         channels: Iterable[str] = encoded["channel"]  # all of them, or their one value
-        if False in broadcasts:
-            flags = np.fromiter(broadcasts, dtype=bool, count=len(broadcasts))
-            senders = senders[flags]
-            channels = map(_CHANNEL, compress(packets, broadcasts))
+        if not broadcasts.all():
+            senders = senders[broadcasts]
+            channels = map(_CHANNEL, compress(packets, broadcasts.tolist()))
         member_group, admin_group = self._group_columns()
         groups = set(member_group[senders].tolist()) | set(admin_group[senders].tolist())  # np.unique imports numpy.ma
         groups.discard(-1)
