@@ -11,12 +11,14 @@ calls, so that only the runtime's own work is timed.
   the actors included. Target: at most 1.15x the bare wall time. The bare loop runs
   under the interpreter settings the runtime gives itself (the collector quieted,
   the thread switch interval at ``SWITCH_INTERVAL``), so that only the runtime's
-  own work differs.
+  own work differs. With ``--one-cpu`` both sides' threads run on one CPU (the
+  runtime's ``one_cpu=True``).
 * asyncio: the asyncio runtime against bare tasks with one ``asyncio.Queue`` each,
   ``put_nowait`` to the same peers and ``await get()`` of everything expected, on the
   same event loop kind. Target: at least 0.8x the bare throughput (messages/s).
 
     python benchmarks/live_runtimes.py [--pykka-agents 500] [--asyncio-agents 10000] [--rounds 3] [--repeat 5]
+                                       [--one-cpu]
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from megaactors.behaviours.chat_round import mesh_channels
 from megaactors.runtime import AsyncioRuntime, PykkaRuntime
 from megaactors.runtime.aio import new_event_loop
 from megaactors.runtime.gc_tuning import quiet_gc
+from megaactors.runtime.thread_limits import on_one_cpu
 from megaactors.runtime.threads import SWITCH_INTERVAL, switch_interval
 
 T = TypeVar("T")
@@ -93,9 +96,9 @@ class _BareActor(pykka.ThreadingActor):
                 self.world["done"].set()
 
 
-def bare_pykka(org: Organisation, rounds: int) -> tuple[float, int]:
+def bare_pykka(org: Organisation, rounds: int, one_cpu: bool = False) -> tuple[float, int]:
     peers = peers_of(org)
-    with quiet_gc(), switch_interval(SWITCH_INTERVAL):
+    with quiet_gc(), switch_interval(SWITCH_INTERVAL), on_one_cpu(one_cpu):
         t0 = time.perf_counter()
         world: dict[str, Any] = {"lock": threading.Lock(), "left": org.n, "done": threading.Event(), "refs": []}
         world["refs"] = [_BareActor.start(peers[a], rounds, world) for a in range(org.n)]
@@ -157,6 +160,7 @@ def main() -> None:
     parser.add_argument("--pykka-agents", type=int, default=500)
     parser.add_argument("--asyncio-agents", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--one-cpu", action="store_true", help="pykka: both sides' threads on one CPU (one_cpu=True)")
     parser.add_argument("--repeat", type=int, default=5, help="runs per side, taking turns; the best is reported")
     parser.add_argument("--event-loop", default="auto", help="auto (uvloop if installed), uvloop or asyncio")
     parser.add_argument("--json", action="store_true")
@@ -166,8 +170,8 @@ def main() -> None:
     n = args.pykka_agents
     g = optimal_group_size(n)
     live, bare = best_of(
-        lambda: runtime_wall(PykkaRuntime, Organisation.two_tier(n, g), args.rounds),
-        lambda: bare_pykka(Organisation.two_tier(n, g), args.rounds),
+        lambda: runtime_wall(PykkaRuntime, Organisation.two_tier(n, g), args.rounds, one_cpu=args.one_cpu),
+        lambda: bare_pykka(Organisation.two_tier(n, g), args.rounds, args.one_cpu),
         args.repeat,
     )
     assert live[1] == bare[1], (live, bare)
@@ -178,6 +182,7 @@ def main() -> None:
         "runtime_wall_s": round(live[0], 4),
         "bare_wall_s": round(bare[0], 4),
         "wall_ratio": round(live[0] / bare[0], 3),
+        "one_cpu": args.one_cpu,
         "target": "<= 1.15",
     }
 

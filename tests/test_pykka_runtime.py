@@ -7,6 +7,7 @@ interval is the runtime's own during a run and restored after it."""
 
 from __future__ import annotations
 
+import os
 import queue
 import sys
 import threading
@@ -201,3 +202,27 @@ def test_the_switch_interval_is_restored_when_an_agent_fails() -> None:
 def test_a_bad_switch_interval_is_refused(bad: Any) -> None:
     with pytest.raises(ParameterError, match="switch interval"):
         PykkaRuntime(Organisation.flat(2), ChatRound(), switch_interval=bad)
+
+
+class SeesCpus(SeesSwitchInterval):
+    """Every agent records the CPUs its own thread may run on."""
+
+    def on_batch(self, ctx, state, batch):
+        return Effects(state=sorted(os.sched_getaffinity(0)))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("one_cpu", [True, False])
+def test_one_cpu_puts_every_actor_on_one_cpu_and_restores_the_callers(one_cpu: bool) -> None:
+    before = os.sched_getaffinity(0)
+    result = PykkaRuntime(Organisation.flat(4), SeesCpus(), one_cpu=one_cpu).run()
+    assert result.states == [[min(before)] if one_cpu else sorted(before)] * 4
+    assert os.sched_getaffinity(0) == before
+    chat = PykkaRuntime(Organisation.two_tier(30, 5), ChatRound(), seed=2, one_cpu=one_cpu).run()
+    assert chat.ledger.messages == SimRuntime(Organisation.two_tier(30, 5), ChatRound(), seed=2).run().ledger.messages
+
+
+@pytest.mark.parametrize("bad", [1, "yes", None])
+def test_a_bad_one_cpu_is_refused(bad: Any) -> None:
+    with pytest.raises(ParameterError, match="one_cpu"):
+        PykkaRuntime(Organisation.flat(2), ChatRound(), one_cpu=bad)

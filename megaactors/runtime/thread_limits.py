@@ -14,6 +14,7 @@ beyond about 22,100 fails to start).
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import sys
 import threading
@@ -27,6 +28,7 @@ __all__ = [
     "SWITCH_INTERVAL",
     "THREAD_RESERVE",
     "check_thread_capacity",
+    "on_one_cpu",
     "switch_interval",
     "thread_capacity",
 ]
@@ -155,3 +157,23 @@ def switch_interval(seconds: float | None) -> Iterator[None]:
         yield
     finally:
         sys.setswitchinterval(old)
+
+
+@contextlib.contextmanager
+def on_one_cpu(enabled: bool) -> Iterator[None]:
+    """For the block, the calling thread and every thread it starts run on one CPU
+    (the first this thread may use; Linux only, else nothing changes); the caller's
+    CPUs are restored afterwards. Only one thread runs Python code at a time, and
+    handing the interpreter lock from a thread on one CPU to a thread on another costs
+    more than the work many activations do between two hand-offs. Processes started
+    meanwhile (a tool's subprocess, say) inherit the one CPU."""
+    setaffinity = getattr(os, "sched_setaffinity", None)
+    if not enabled or setaffinity is None:
+        yield
+        return
+    allowed = os.sched_getaffinity(0)
+    setaffinity(0, {min(allowed)})
+    try:
+        yield
+    finally:
+        setaffinity(0, allowed)

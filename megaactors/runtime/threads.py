@@ -7,7 +7,10 @@ time_scale`` wall seconds; a gate on an event). Postman, ledger, trace, organisa
 and gates are shared by all threads and touched under one lock. While a run
 executes, the interpreter's thread switch interval is
 :data:`~megaactors.runtime.thread_limits.SWITCH_INTERVAL` (restored afterwards;
-``switch_interval=None`` leaves it alone).
+``switch_interval=None`` leaves it alone). With ``one_cpu=True`` the actors' threads
+run on one CPU (:func:`~megaactors.runtime.thread_limits.on_one_cpu`): only one of them
+runs Python code at a time, and handing the interpreter lock between CPUs costs more
+than the work between two hand-offs.
 
 **The inbox.** An actor's inbox is an :class:`AgentInbox`, supplied through pykka's
 extension point for actor implementors, ``_create_actor_inbox()`` (pykka's
@@ -79,6 +82,7 @@ from megaactors.runtime.thread_limits import (
     SWITCH_INTERVAL,
     THREAD_RESERVE,
     check_thread_capacity,
+    on_one_cpu,
     switch_interval,
     thread_capacity,
 )
@@ -160,6 +164,7 @@ class PykkaRuntime(LiveRuntime):
         options: RuntimeOptions | None = None,
         *,
         switch_interval: float | None = SWITCH_INTERVAL,
+        one_cpu: bool = False,
         **option_fields: Any,
     ) -> None:
         if switch_interval is not None and (
@@ -168,6 +173,8 @@ class PykkaRuntime(LiveRuntime):
             or not 0 < switch_interval < math.inf
         ):
             raise ParameterError(f"switch interval must be a finite number of seconds > 0, got {switch_interval!r}")
+        if not isinstance(one_cpu, bool):
+            raise ParameterError(f"one_cpu must be True or False, got {one_cpu!r}")
         check_thread_capacity(org.n)
         super().__init__(org, behaviour, llm, options, **option_fields)
         if self.async_llm:
@@ -195,13 +202,17 @@ class PykkaRuntime(LiveRuntime):
         not yet woken (see :meth:`_wake`)."""
         self.switch_interval = switch_interval
         """The interpreter's thread switch interval while :meth:`run` runs (``None``: unchanged)."""
+        self.one_cpu = one_cpu
+        """Whether the actors' threads run on one CPU (:func:`~megaactors.runtime.thread_limits.on_one_cpu`):
+        on 2 CPUs the benchmark's chat rounds take about half the wall time. Off by default:
+        several such runs in parallel processes would share that one CPU."""
 
     # ------------------------------------------------------------------ driving
 
     def run(self) -> RunResult:
         """Start one actor per agent, run until every agent is Idle, stop them all."""
         wall0 = time.perf_counter()
-        with quiet_gc(), switch_interval(self.switch_interval):
+        with quiet_gc(), switch_interval(self.switch_interval), on_one_cpu(self.one_cpu):
             starts = self.start_effects()
             self._outstanding = sum(1 for eff in starts if eff is not None)
             self._starting = 0 if self.token is not None else self._outstanding
