@@ -140,6 +140,9 @@ def _execute(
         except FencingError as exc:
             log(f"worker {lease.owner}: {exc}")
             return "lost"
+        except StoreBusyError as exc:  # the database stayed out of reach (restarting): not the run's fault
+            log(f"worker {lease.owner}: run {lease.run_id!r} stopped, database busy: {exc}; handing it back")
+            return hand_back(f"{type(exc).__name__}: {exc}")
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log(f"worker {lease.owner}: run {lease.run_id!r} failed: {error}\n{traceback.format_exc()}")
