@@ -131,9 +131,8 @@ def encode_packets(packets: list[Packet], broadcasts: np.ndarray | None) -> dict
     one, with a count per packet), the rest in lists (channels, kinds and parents
     by :func:`uniform`). A packet flagged in ``broadcasts`` went to every peer of its
     sender on its channel (a boolean array, one flag per packet): its recipients are
-    not stored (count -1). Each column is
-    one pass of ``map`` with a one-attribute getter (cheaper than one getter of all
-    nine split by ``zip``)."""
+    not stored (count -1). Each column is one pass of ``map`` with a one-attribute
+    getter (cheaper than one getter of all nine split by ``zip``)."""
     first_id, sender, channel, kind, payload, parent, sent_at, overhead, lists = (
         list(map(getter, packets)) for getter in _PACKET_GETTERS
     )
