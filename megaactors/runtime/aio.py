@@ -1,15 +1,19 @@
 """The asyncio runtime: every agent is an asyncio task with its own in-queue.
 
-An agent's task runs its start effects, then sleeps on a future until a message
-arrives; each activation is the shared agent cycle
-(:meth:`~megaactors.runtime.live.LiveRuntime.cycle`), each of whose waits is
-awaited. A broadcast to a whole group or to every admin is one entry in that
+An agent's task runs its start effects, then parks on a future while Idle; each
+activation is the shared agent cycle
+(:meth:`~megaactors.runtime.live.LiveRuntime.cycle`). No agent takes a batch
+before every agent's start effects have reached their first wait, as in the
+simulation. A broadcast to a whole group or to every admin is one entry in that
 channel's shared log, which each member reads from its own cursor; any other send
 appends a reference to its packet to each recipient's private in-queue (see
 :mod:`megaactors.runtime.mailboxes`: a batch gathering several queues lists its
 messages by id, which in one process is arrival order). Once per turn of the
-event loop a wake-up pass resolves the futures of the recipients that were Idle,
-however many messages each received. LLM calls are awaited: a simulated LLM's
+event loop a wake-up pass takes the recipients that were Idle, however many
+messages each received, and runs their activations in one callback, in turn, as
+far as each goes without waiting: one that waits for nothing is Idle again at
+once (no future resolved, no task step); one that waits is handed, its wait
+begun, to the agent's task, which awaits it. LLM calls are awaited: a simulated LLM's
 latency is slept (``latency_s * time_scale`` wall seconds), a real endpoint (an
 object with ``async acomplete``, e.g.
 :class:`megaactors.providers.chat_completions.ChatCompletionsClient`) is awaited as
@@ -41,71 +45,30 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import repeat
-from typing import Any, Protocol
+from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
 from megaactors.core.behaviour import Behaviour, Effects
 from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
-from megaactors.runtime.aio_shards import check_shared_limits
+from megaactors.runtime.aio_loops import EVENT_LOOPS, new_event_loop
+from megaactors.runtime.aio_shards import Router, check_sharding
 from megaactors.runtime.aio_timers import CoalescedTimers
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
-from megaactors.runtime.live import Acquire, Ask, Cycle, CycleWait, LiveRuntime, Sleep
+from megaactors.runtime.live import STARTS, Acquire, Ask, Cycle, CycleWait, LiveRuntime, Sleep
 from megaactors.runtime.mailboxes import Mailboxes, gather, leads
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 
 __all__ = ["EVENT_LOOPS", "AsyncioRuntime", "Router", "new_event_loop"]
 
-EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 _STOP = object()  # resolves an Idle agent's wake-up future when the run is over
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
 _append = list.append
-
-
-def new_event_loop(kind: str = "auto") -> asyncio.AbstractEventLoop:
-    """A fresh event loop: uvloop's if installed (``auto``) or asked for, else asyncio's."""
-    if kind not in EVENT_LOOPS:
-        raise ParameterError(f"unknown event loop {kind!r}; expected one of {', '.join(EVENT_LOOPS)}")
-    if kind != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            if kind == "uvloop":
-                raise ParameterError("event loop 'uvloop' needs the uvloop package (pip install uvloop)") from None
-        else:
-            return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
-
-
-class Router(Protocol):
-    """Where a process that runs only some of the agents sends the rest (a shard)."""
-
-    local: range
-    """The agents this process runs."""
-
-    def reserve(self, count: int) -> int:
-        """The first of ``count`` consecutive message ids for one send (ids are
-        consecutive over the whole run, whichever process sends)."""
-        ...
-
-    def forward(self, packet: Packet, to_logs: bool) -> Sequence[int]:
-        """Send ``packet`` to its recipients in other processes (``to_logs``: a
-        broadcast, into their channel logs); return its local recipients."""
-        ...
-
-    def quiescent(self) -> None:
-        """No local agent is busy."""
-        ...
-
-    def admit(self, agent: Agent, what: str) -> None:
-        """Raise :class:`~megaactors.errors.ParameterError` unless ``agent`` may do
-        ``what`` here (``recruit``, or take the named tool lock ``lock <name>``)."""
-        ...
 
 
 class AsyncioRuntime(LiveRuntime):
@@ -132,16 +95,7 @@ class AsyncioRuntime(LiveRuntime):
             raise ParameterError(f"unknown event loop {event_loop!r}; expected one of {', '.join(EVENT_LOOPS)}")
         if not isinstance(timer_tick_s, (int, float)) or not 0 <= timer_tick_s < float("inf"):
             raise ParameterError(f"timer tick must be a number >= 0 seconds, got {timer_tick_s!r}")
-        if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
-            raise ParameterError(f"shards must be an integer >= 1, got {shards!r}")
-        if shards > 1 and (self.serial or self.max_concurrent_llm is not None):
-            raise ParameterError("shards: serial mode and max_concurrent_llm need one process (shards=1)")
-        if shards > 1 and self.options.faults is not None and self.options.faults.active:
-            raise ParameterError("faults need a single-process asyncio run (no shards)")
-        if shards > 1 and self.core.provider is not None:
-            check_shared_limits(org, self.core.provider, shards)
-        if address is not None and shards < 2:
-            raise ParameterError("address: a Ray cluster runs shards; give shards=2 or more")
+        check_sharding(org, self.options, self.core.provider, shards, address)
         self.address = address
         """The Ray cluster the shards run on, ``HOST:PORT`` (None: the Ray this process
         is connected to, else a local instance)."""
@@ -162,18 +116,14 @@ class AsyncioRuntime(LiveRuntime):
         self._active = 0
         self._done: asyncio.Future[None] | None = None
         self._timers: CoalescedTimers | None = None
+        self._starting = 0  # agents whose start effects have not reached their first wait
+        self._starts: asyncio.Future[None] | None = None  # done once none is left: batches may be taken
 
     def shard_recipe(self) -> dict[str, Any]:
         """The arguments that build this runtime again (one process's part of a run
         sharded over Ray actors builds it there)."""
-        return {
-            "org": self.org,
-            "behaviour": self.behaviour,
-            "llm": self.llm,
-            "options": self.options,
-            "event_loop": self.event_loop,
-            "timer_tick_s": self.timer_tick_s,
-        }
+        fields = ("org", "behaviour", "llm", "options", "event_loop", "timer_tick_s")
+        return {name: getattr(self, name) for name in fields}
 
     # ------------------------------------------------------------------ driving
 
@@ -220,6 +170,10 @@ class AsyncioRuntime(LiveRuntime):
         if self.timer_tick_s > 0:
             self._timers = CoalescedTimers(loop, self.timer_tick_s)
         self._active = len(agents)
+        self._starting = 0 if self.token is not None else sum(eff is not None for eff in starts)
+        self._starts = loop.create_future()
+        if not self._starting:  # serial: the token runs the start effects first
+            self._starts.set_result(None)
         create_task, agent_main = loop.create_task, self._agent_main
         self.tasks = [create_task(agent_main(a, eff)) for a, eff in zip(agents, starts, strict=True)]
         try:
@@ -292,14 +246,16 @@ class AsyncioRuntime(LiveRuntime):
     # ------------------------------------------------------------------ one agent
 
     async def _agent_main(self, a: Agent, start: Effects | None) -> None:
-        """The agent's task: start effects, then a batch whenever its in-queue fills."""
+        """The agent's task: start effects, then park until the wake-up pass hands
+        it an activation that waits (one that waits for nothing runs in the pass)."""
+        fut: asyncio.Future[Any] | None = None
         try:
             mail = self.mailboxes
             if start is not None or mail.pending(a.id):  # type: ignore[union-attr]
-                await self._drive(a, self.cycle(a, start))
+                cycle = self.cycle(a, start)
+                await self._drive(a, cycle, self._advance(a, cycle, next(cycle, None)))
             loop = asyncio.get_running_loop()
             wakers, reads, aid = self._wakers, mail.reads, a.id  # type: ignore[union-attr]
-            activation = self.plain_cycle if self.plain else self.activation  # chosen once
             while True:
                 fut = loop.create_future()
                 wakers[aid] = fut
@@ -308,40 +264,64 @@ class AsyncioRuntime(LiveRuntime):
                 self._active -= 1
                 if not self._active:
                     self._quiescent()
-                if await fut is _STOP:
+                begun = await fut  # the activation the pass began, (cycle, what it awaits)
+                if begun is _STOP:
                     return
-                cycle = activation(a)
-                wait = next(cycle, None)  # most activations wait for nothing: no coroutine for them
-                if wait is not None:
-                    await self._drive(a, cycle, wait)
+                fut = None
+                await self._drive(a, *begun)
         except asyncio.CancelledError:
+            if fut is not None and fut.done() and not fut.cancelled() and type(fut.result()) is tuple:
+                cycle, pending = fut.result()  # cancelled before driving the activation the pass began
+                cycle.close()
+                if asyncio.iscoroutine(pending):
+                    pending.close()
             raise
         except BaseException as exc:
             self.fail(exc)
 
-    async def _drive(self, a: Agent, cycle: Cycle, wait: CycleWait | None = None) -> None:
-        """Run ``cycle`` (from its first wait ``wait`` if already yielded), awaiting
+    def _advance(self, a: Agent, cycle: Cycle, wait: CycleWait | None) -> Awaitable[Any] | None:
+        """Run ``cycle`` on from its wait ``wait`` for as long as it waits for nothing
+        (a gate free at once, no delay); return what to await before it goes on, with
+        that wait begun (a timer set, a place in a gate's line), or None: it is over."""
+        while wait is not None:
+            if type(wait) is Sleep:
+                if wait.seconds > 0:
+                    return self._sleep(wait.seconds)
+            elif type(wait) is Acquire:
+                gate = wait.gate
+                if not gate.try_acquire(a):
+                    fut = asyncio.get_running_loop().create_future()
+                    gate.wait(a, fut)
+                    return fut
+            elif type(wait) is Ask:
+                return self._ask(wait)
+            elif wait is STARTS and not self._starts.done():  # type: ignore[union-attr]
+                return self._starts  # type: ignore[return-value]
+            wait = next(cycle, None)
+        return None
+
+    async def _drive(self, a: Agent, cycle: Cycle, pending: Awaitable[Any] | None) -> None:
+        """Await ``pending`` (begun by :meth:`_advance`), then run ``cycle`` on, awaiting
         each of its waits; if a wait raises (the task was cancelled), the cycle is
         closed (releasing what it holds) and it propagates."""
-        if wait is None:
-            wait = next(cycle, None)
-        while wait is not None:
+        while pending is not None:
             try:
-                if type(wait) is Sleep:
-                    if wait.seconds > 0:
-                        await self._sleep(wait.seconds)
-                elif type(wait) is Acquire:
-                    gate = wait.gate
-                    if not gate.try_acquire(a):
-                        fut = asyncio.get_running_loop().create_future()
-                        gate.wait(a, fut)
-                        await fut
-                elif type(wait) is Ask:
-                    wait.reply = await self.llm.acomplete(*wait.args)
+                await pending
             except BaseException:
                 cycle.close()
                 raise
-            wait = next(cycle, None)
+            pending = self._advance(a, cycle, next(cycle, None))
+
+    async def _ask(self, ask: Ask) -> None:
+        ask.reply = await self.llm.acomplete(*ask.args)
+
+    def reached_first_wait(self) -> None:
+        self._starting -= 1
+        if not self._starting and not self._starts.done():  # type: ignore[union-attr]  # (cancelled: the run ends)
+            self._starts.set_result(None)  # type: ignore[union-attr]
+
+    def all_started(self) -> bool:
+        return self._starts is not None and self._starts.done()
 
     def wake_waiter(self, waiter: Any) -> bool:
         if waiter.done():  # its task was cancelled
@@ -349,10 +329,14 @@ class AsyncioRuntime(LiveRuntime):
         waiter.set_result(None)
         return True
 
-    def _sleep(self, delay: float) -> Coroutine[Any, Any, None] | asyncio.Future[None]:
+    def _sleep(self, delay: float) -> asyncio.Future[None]:
+        """A future done in ``delay`` seconds (its timer set now)."""
         if self._timers is not None:
             return self._timers.sleep(delay)
-        return asyncio.sleep(delay)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        loop.call_later(delay, _set_unless_done, fut)
+        return fut
 
     # ------------------------------------------------------------------ messages
 
@@ -462,7 +446,11 @@ class AsyncioRuntime(LiveRuntime):
             asyncio.get_running_loop().call_soon(self._wake_dirty)
 
     def _wake_dirty(self) -> None:
-        wakers, inboxes, woken = self._wakers, self.inboxes, 0
+        """Mark busy every Idle agent with a message waiting, then run each one's
+        activation here, in turn, until it waits (then its task drives it on) or is
+        Idle again. Sends made meanwhile wake their recipients in the next pass."""
+        self._waking = False  # a send from here on asks for another pass
+        wakers, inboxes, woken = self._wakers, self.inboxes, []
         mail = self.mailboxes
         reads = mail.reads  # type: ignore[union-attr]
         for r in self._dirty:
@@ -471,8 +459,7 @@ class AsyncioRuntime(LiveRuntime):
                 wakers[r] = None
                 for read in reads[r]:  # Mailboxes.busy, inlined
                     read.idle.discard(r)
-                fut.set_result(None)
-                woken += 1
+                woken.append((r, fut))
         self._dirty.clear()
         logs = mail.dirty  # type: ignore[union-attr]
         while logs:
@@ -484,9 +471,30 @@ class AsyncioRuntime(LiveRuntime):
                 wakers[r] = None
                 for read in reads[r]:  # Mailboxes.busy, inlined
                     read.idle.discard(r)
-                fut.set_result(None)  # type: ignore[union-attr]
-                woken += 1
-        self._waking = False
-        self._active += woken - 1
+                woken.append((r, fut))
+        self._active += len(woken)
+        agents, activation = self.agents, self.plain_cycle if self.plain else self.activation
+        for r, fut in woken:
+            a = agents[r]
+            try:
+                cycle = activation(a)
+                wait = next(cycle, None)
+                pending = None if wait is None else self._advance(a, cycle, wait)
+            except BaseException as exc:
+                self.fail(exc)
+                return
+            if pending is None:  # Idle again: parked on the same future
+                wakers[r] = fut
+                for log in reads[r]:  # Mailboxes.idle, inlined
+                    log.idle.add(r)
+                self._active -= 1
+            else:
+                fut.set_result((cycle, pending))  # type: ignore[union-attr]
+        self._active -= 1  # this pass
         if not self._active:
             self._quiescent()
+
+
+def _set_unless_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():  # not cancelled meanwhile
+        fut.set_result(None)

@@ -29,7 +29,7 @@ shared by the run (or by a group cut between two shards:
 raised by ``run()``.
 
 This module is what runs in a shard: a :class:`ShardRouter` (the asyncio
-runtime's :class:`~megaactors.runtime.aio.Router`) that forwards what is for other
+runtime's :class:`Router`) that forwards what is for other
 shards and reports quiescence over its :class:`ShardLinks`.
 """
 
@@ -52,12 +52,15 @@ if TYPE_CHECKING:
     from megaactors.core.organisation import Organisation
     from megaactors.providers.limits import ProviderModel
     from megaactors.runtime.aio import AsyncioRuntime
+    from megaactors.runtime.options import RuntimeOptions
 
 __all__ = [
     "Batch",
+    "Router",
     "ShardError",
     "ShardLinks",
     "ShardRouter",
+    "check_sharding",
     "check_shared_limits",
     "picklable",
     "shard_bounds",
@@ -65,6 +68,32 @@ __all__ = [
 
 Batch = list[tuple[Any, ...]]
 """What one shard sends another in one go: packets' fields, one tuple a packet."""
+
+
+class Router(Protocol):
+    """Where a process that runs only some of the agents sends the rest (a shard)."""
+
+    local: range
+    """The agents this process runs."""
+
+    def reserve(self, count: int) -> int:
+        """The first of ``count`` consecutive message ids for one send (ids are
+        consecutive over the whole run, whichever process sends)."""
+        ...
+
+    def forward(self, packet: Packet, to_logs: bool) -> Sequence[int]:
+        """Send ``packet`` to its recipients in other processes (``to_logs``: a
+        broadcast, into their channel logs); return its local recipients."""
+        ...
+
+    def quiescent(self) -> None:
+        """No local agent is busy."""
+        ...
+
+    def admit(self, agent: Agent, what: str) -> None:
+        """Raise :class:`~megaactors.errors.ParameterError` unless ``agent`` may do
+        ``what`` here (``recruit``, or take the named tool lock ``lock <name>``)."""
+        ...
 
 
 class ShardError(RuntimeError):
@@ -123,6 +152,23 @@ def shard_bounds(org: Organisation, shards: int) -> list[int]:
         bounds.append(cut)
     bounds.append(n)
     return bounds
+
+
+def check_sharding(
+    org: Organisation, options: RuntimeOptions, provider: ProviderModel | None, shards: int, address: str | None
+) -> None:
+    """Raise :class:`~megaactors.errors.ParameterError` unless a run over ``shards``
+    processes (on the Ray cluster at ``address``) can have these options."""
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        raise ParameterError(f"shards must be an integer >= 1, got {shards!r}")
+    if shards > 1 and (options.serial or options.max_concurrent_llm is not None):
+        raise ParameterError("shards: serial mode and max_concurrent_llm need one process (shards=1)")
+    if shards > 1 and options.faults is not None and options.faults.active:
+        raise ParameterError("faults need a single-process asyncio run (no shards)")
+    if shards > 1 and provider is not None:
+        check_shared_limits(org, provider, shards)
+    if address is not None and shards < 2:
+        raise ParameterError("address: a Ray cluster runs shards; give shards=2 or more")
 
 
 def check_shared_limits(org: Organisation, provider: ProviderModel, shards: int) -> None:
