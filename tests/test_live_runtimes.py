@@ -453,3 +453,57 @@ def test_the_plain_cycle_is_chosen_once_and_agrees_with_the_simulation(
     assert [calls[i] - batches[i] for i in range(org.n)] == starts_of(org, 3)
     assert b.peak_llm_in_flight >= 1 and all(agent.phase.name == "IDLE" for agent in rt.agents)
     assert (got.trace is not None) is trace
+
+
+def test_asyncio_takes_no_batch_before_every_start_effect_has_reached_its_first_wait() -> None:
+    # zero-latency calls: each agent's start effects send round 0 without waiting, so
+    # only the barrier keeps an agent from reading what the agents started before it
+    # sent, then the rest: every agent reads its one round in one batch, as in the
+    # simulation's order
+    org = Organisation.two_tier(60, 6)
+    result = AsyncioRuntime(org, ChatRound(1), fixed_llm(0.0), trace=False).run()
+    assert result.ledger.messages == expected_messages(org)
+    assert list(result.ledger.per_agent["batches"]) == [1] * org.n
+    assert list(result.ledger.per_agent["llm_calls"]) == [2] * org.n  # composing, then reading
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    """An event loop that counts the futures and task steps it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.futures = self.handles = 0
+
+    def create_future(self) -> asyncio.Future[Any]:
+        self.futures += 1
+        return super().create_future()
+
+    def call_soon(self, callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
+        self.handles += 1
+        return super().call_soon(callback, *args, context=context)
+
+
+def test_asyncio_runs_an_activation_that_waits_for_nothing_without_a_future_or_task_step() -> None:
+    org = Organisation.two_tier(60, 6)
+    loop = CountingLoop()
+    try:
+        runtime = AsyncioRuntime(org, ChatRound(10), fixed_llm(0.0), trace=False)
+        result = loop.run_until_complete(runtime.run_async())
+    finally:
+        loop.close()
+    batches = sum(result.ledger.per_agent["batches"])
+    assert result.ledger.messages == expected_messages(org, 10) and batches >= 8 * org.n
+    # one future per agent (parked on while Idle) and a few for the run, whatever the
+    # number of batches; a few task steps per agent (start, the barrier, stop)
+    assert loop.futures <= org.n + 5
+    assert loop.handles < 5 * org.n < batches
+
+
+def test_asyncio_activations_that_wait_are_driven_by_their_tasks_in_gate_order() -> None:
+    # one LLM slot: every call waits in the slot's line, and the run still ends with
+    # every message read (each wait begun in the wake-up pass, awaited by the task)
+    org = Organisation.two_tier(24, 4)
+    result = AsyncioRuntime(org, ChatRound(2), fixed_llm(0.5), max_concurrent_llm=1, time_scale=0.001).run()
+    assert result.ledger.messages == expected_messages(org, 2)
+    assert result.ledger.peak_llm_in_flight == 1
+    assert all(state[1] == state[5] for state in result.states)

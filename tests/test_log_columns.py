@@ -68,6 +68,33 @@ def test_a_batch_of_several_parts_or_listed_packets_finds_its_leads_from_the_pac
     assert Batch(1, [packet(0, 0, (3,)), packet(0, 1, "hi")]).leads() == [3, None]
 
 
+def test_the_leads_of_several_parts_are_in_message_id_order_as_gather_lists_the_packets() -> None:
+    # a reader of two logs (a group's and the admins') and a private in-queue, the
+    # parts interleaving or not, its own posts among them: the leads, put in order
+    # by the packets' ids alone, equal the leads of the packets gather lists
+    rng = random.Random(5)
+    for case in range(200):
+        logs = [ChannelLog(), ChannelLog()]
+        for log in logs:
+            for a in (0, 1):
+                log.subscribe(a)
+        private: list[Packet] = []
+        interleave = case % 2 == 0
+        for i in range(rng.randint(2, 40)):
+            where = rng.randrange(3) if interleave else min(2, i * 3 // 40)
+            sender = rng.choice((0, 2))  # 0 is the reader: its own posts are skipped
+            payload: Any = rng.choice(([i % 5, "t"], (i % 3,), "text", []))
+            if where == 2:
+                private.append(packet(2, i, payload))
+            else:
+                logs[where].post(packet(sender, i, payload), sender)
+        parts: list[Any] = [private] if private else []
+        parts += [taken[0] for taken in (log.take(0) for log in logs) if taken is not None]
+        if len(parts) < 2:
+            continue
+        assert leads(parts) == [lead(p.payload) for p in gather([list(p) if type(p) is list else p for p in parts])]
+
+
 def test_the_mesh_chat_round_reads_the_same_rounds_from_the_column() -> None:
     # two rounds: the second round's batches are counted by round, from the column
     org = Organisation.two_tier(60, 7)

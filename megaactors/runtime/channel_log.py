@@ -249,14 +249,36 @@ def _slice_packets(part: LogSlice) -> list[Packet]:
 
 
 def leads(parts: list[list[Packet] | LogSlice]) -> list[object] | None:
-    """The :func:`~megaactors.core.messages.lead` of each message of a batch whose
-    parts are a single log slice (from :meth:`Mailboxes.take_later`), read from the
-    log's column; None for any other batch (its packets are listed to find them:
-    several parts interleave)."""
-    part = parts[0] if len(parts) == 1 else None
-    if part is None or type(part) is list:
-        return None
-    _, start, stop, skip, column = cast(LogSlice, part)
+    """The :func:`~megaactors.core.messages.lead` of each message of a batch (its
+    parts from :meth:`Mailboxes.take_later`), in message-id order as :func:`gather`
+    lists them: a log slice's from the log's column, a private in-queue's from its
+    packets; several parts are put in order by their packets' ids alone (no Python
+    call per message). None for a batch of one private in-queue (its packets are
+    listed anyway)."""
+    if len(parts) == 1:
+        part = parts[0]
+        return None if type(part) is list else _slice_leads(cast(LogSlice, part))
+    cols: list[tuple[list[int], list[object]]] = []
+    for part in parts:
+        if type(part) is list:
+            ids, column = list(map(_first_id, part)), [lead(p.payload) for p in part]
+        else:
+            packets, start, stop, skip, _ = cast(LogSlice, part)
+            ids, column = list(map(_first_id, packets[start:stop])), _slice_leads(cast(LogSlice, part))
+            for i in reversed(skip):
+                del ids[i]
+        if ids:
+            cols.append((ids, column))
+    cols.sort(key=lambda col: col[0][0])  # as _by_id orders the parts
+    if all(a[0][-1] < b[0][0] for a, b in pairwise(cols)):
+        return list(chain.from_iterable(column for _, column in cols))
+    ids = list(chain.from_iterable(ids for ids, _ in cols))
+    column = list(chain.from_iterable(column for _, column in cols))
+    return list(map(column.__getitem__, sorted(range(len(ids)), key=ids.__getitem__)))
+
+
+def _slice_leads(part: LogSlice) -> list[object]:
+    _, start, stop, skip, column = part
     taken = column[start:stop]
     for i in reversed(skip):
         del taken[i]
