@@ -174,6 +174,7 @@ class AsyncioRuntime(LiveRuntime):
         self._starts = loop.create_future()
         if not self._starting:  # serial: the token runs the start effects first
             self._starts.set_result(None)
+            self.start_barrier = False
         create_task, agent_main = loop.create_task, self._agent_main
         self.tasks = [create_task(agent_main(a, eff)) for a, eff in zip(agents, starts, strict=True)]
         try:
@@ -252,7 +253,7 @@ class AsyncioRuntime(LiveRuntime):
         try:
             mail = self.mailboxes
             if start is not None or mail.pending(a.id):  # type: ignore[union-attr]
-                cycle = self.cycle(a, start)
+                cycle = self.plain_cycle(a, False, None, start, True) if self.plain else self.cycle(a, start)
                 await self._drive(a, cycle, self._advance(a, cycle, next(cycle, None)))
             loop = asyncio.get_running_loop()
             wakers, reads, aid = self._wakers, mail.reads, a.id  # type: ignore[union-attr]
@@ -280,9 +281,8 @@ class AsyncioRuntime(LiveRuntime):
             self.fail(exc)
 
     def _advance(self, a: Agent, cycle: Cycle, wait: CycleWait | None) -> Awaitable[Any] | None:
-        """Run ``cycle`` on from its wait ``wait`` for as long as it waits for nothing
-        (a gate free at once, no delay); return what to await before it goes on, with
-        that wait begun (a timer set, a place in a gate's line), or None: it is over."""
+        """Run ``cycle`` on from its wait ``wait`` while it waits for nothing (a free
+        gate, no delay); return what to await, that wait begun, or None: it is over."""
         while wait is not None:
             if type(wait) is Sleep:
                 if wait.seconds > 0:
@@ -302,8 +302,7 @@ class AsyncioRuntime(LiveRuntime):
 
     async def _drive(self, a: Agent, cycle: Cycle, pending: Awaitable[Any] | None) -> None:
         """Await ``pending`` (begun by :meth:`_advance`), then run ``cycle`` on, awaiting
-        each of its waits; if a wait raises (the task was cancelled), the cycle is
-        closed (releasing what it holds) and it propagates."""
+        each wait; if a wait raises (the task was cancelled), the cycle is closed."""
         while pending is not None:
             try:
                 await pending
@@ -319,6 +318,7 @@ class AsyncioRuntime(LiveRuntime):
         self._starting -= 1
         if not self._starting and not self._starts.done():  # type: ignore[union-attr]  # (cancelled: the run ends)
             self._starts.set_result(None)  # type: ignore[union-attr]
+            self.start_barrier = False  # an activation from Idle need not look
 
     def all_started(self) -> bool:
         return self._starts is not None and self._starts.done()

@@ -46,14 +46,14 @@ from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, Agent, Phase
 from megaactors.core.behaviour import AgentContext, Behaviour, Effects, LLMRequest, ToolCall, new_context
-from megaactors.core.llm import LLMReply, SimulatedLLM
+from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
-from megaactors.providers.limits import Answered, CallFailed
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter
 from megaactors.runtime.live_faults import live_faults_for
+from megaactors.runtime.live_provider import attempts
 from megaactors.runtime.live_waits import STARTS, Aborted, Acquire, Ask, Cycle, CycleWait, Sleep
 from megaactors.runtime.net_delivery import NetworkState, report
 from megaactors.runtime.options import DEFAULT_TIME_SCALE, RuntimeOptions
@@ -306,18 +306,26 @@ class LiveRuntime(ABC):
                 return
 
     def plain_cycle(
-        self, a: Agent, woken: bool = True, batch: Batch | None = None, eff: Effects | None = None
+        self,
+        a: Agent,
+        woken: bool = True,
+        batch: Batch | None = None,
+        eff: Effects | None = None,
+        starting: bool = False,
     ) -> Cycle:
         """:meth:`cycle` when :attr:`plain` holds: ``a`` from its start effects
-        ``eff`` (every agent's past their first wait), from Idle, or from Response
-        with the next ``batch`` if already taken. No gate to take, and each LLM call
-        drawn from the simulated model (the interpreter's ``batch_effects``,
-        ``draw_llm``, ``llm_started``, ``record_llm`` and ``reply_effects``, inlined:
-        this runs once per activation)."""
+        ``eff`` (``starting``: some agent's start effects may not have reached their
+        first wait yet, so these report theirs and take no batch before), from Idle,
+        or from Response with the next ``batch`` if already taken (a runtime whose
+        :meth:`respond` never takes one may pass ``starting``). No gate to take, and
+        each LLM call drawn from the simulated model (the interpreter's
+        ``batch_effects``, ``draw_llm``, ``llm_started``, ``record_llm`` and
+        ``reply_effects``, inlined: this runs once per activation)."""
         core, shared, ledger, behaviour = self.core, self.shared, self.ledger, self.behaviour
         org, recruited, complete, apply, now = self.org, core.recruited, self.llm.complete, core.apply, self.now
         if eff is None and self.start_barrier and not self.all_started():
             yield STARTS
+        barrier = starting  # its start effects: the barrier is looked at before its first batch
         while True:
             if self.error is not None:  # the run is failing: stop here
                 raise Aborted
@@ -334,6 +342,9 @@ class LiveRuntime(ABC):
                     raise core.batch_error(a, batch, exc) from exc
             wait = apply(a, eff)
             while wait is not None:
+                if starting:
+                    self.reached_first_wait()
+                    starting = False
                 if type(wait) is not LLMRequest:
                     eff = yield from self.tool_call(a, wait)  # type: ignore[arg-type]
                     wait = apply(a, eff)
@@ -372,9 +383,18 @@ class LiveRuntime(ABC):
             eff = None
             idle, batch = self.respond(a)
             if idle:
+                if starting:
+                    self.reached_first_wait()
                 if self.idle_hook:
                     self.went_idle(a)
                 return
+            if barrier:  # as cycle() does once its start effects are over
+                barrier = False
+                if starting:
+                    self.reached_first_wait()
+                    starting = False
+                if not self.all_started():
+                    yield STARTS
 
     def llm_call(self, a: Agent, request: LLMRequest) -> Generator[Any, Any, Effects]:
         """One LLM call: a slot (``max_concurrent_llm``), the call, its latency; then
@@ -401,7 +421,9 @@ class LiveRuntime(ABC):
                 assert ask.reply is not None, "the driver puts the reply in the Ask"
                 reply, new_tokens, counted, remaining_s = ask.reply, args[4], True, 0.0
             elif core.provider is not None:  # attempts under the provider's limits
-                new_tokens, reply, remaining_s = yield from self.attempts(a, request)
+                new_tokens, reply, remaining_s = yield from attempts(
+                    core, shared, self.now, self.time_scale, a, request
+                )
                 counted = True
             else:  # a pure function of the agent's record: drawn without the lock
                 new_tokens, reply = core.draw_llm(a, request)
@@ -426,33 +448,6 @@ class LiveRuntime(ABC):
         if self.error is not None:
             raise Aborted
         return core.reply_effects(a, new_tokens, reply, self.context(a))
-
-    def attempts(self, a: Agent, request: LLMRequest) -> Generator[Any, Any, tuple[int, LLMReply, float]]:
-        """A simulated call's attempts under the provider model (the interpreter's
-        :meth:`~megaactors.runtime.interpreter.Interpreter.attempt_llm`, at the
-        virtual time each starts), sleeping ``after_s × time_scale`` before each
-        retry; returns its new tokens, its reply (answered, or failed for good) and the
-        virtual seconds its last attempt still takes; the call is counted in flight."""
-        core, shared = self.core, self.shared
-        new_tokens, reply = core.draw_llm(a, request)
-        with shared:
-            core.llm_started()
-        first, attempt = self.now(), 0
-        try:
-            while True:
-                with shared:
-                    now = self.now()
-                    outcome = core.attempt_llm(a, reply, attempt, now, now - first)
-                if type(outcome) is Answered:
-                    return new_tokens, outcome.reply, outcome.reply.latency_s
-                if type(outcome) is CallFailed:
-                    return new_tokens, outcome.reply, outcome.after_s
-                attempt += 1
-                yield Sleep(outcome.after_s * self.time_scale, "llm")  # type: ignore[union-attr]
-        except BaseException:
-            with shared:
-                core.in_flight -= 1
-            raise
 
     def tool_call(self, a: Agent, call: ToolCall) -> Generator[Any, Any, Effects]:
         """One tool call: its lock (if named), its duration; then ``on_tool``."""
