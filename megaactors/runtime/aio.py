@@ -213,10 +213,9 @@ class AsyncioRuntime(LiveRuntime):
         if self.error is not None or not self._done.done():  # type: ignore[union-attr]
             for task in self.tasks:  # an agent failed, or the run itself was cancelled
                 task.cancel()
-        for task in self.tasks:
-            if not task.done():
-                await asyncio.wait(self.tasks)
-                break
+        await asyncio.sleep(0)  # one turn: every task woken above returns (no callback on each)
+        if not all(task.done() for task in self.tasks):
+            await asyncio.wait(self.tasks)
         for task in self.tasks:
             if not task.cancelled() and task.exception() is not None and self.error is None:
                 self.error = task.exception()
