@@ -295,7 +295,7 @@ class AsyncioRuntime(LiveRuntime):
             elif type(wait) is Ask:
                 return self._ask(wait)
             elif wait is STARTS and not self._starts.done():  # type: ignore[union-attr]
-                return self._starts  # type: ignore[return-value]
+                return self._starts
             wait = next(cycle, None)
         return None
 
@@ -470,7 +470,7 @@ class AsyncioRuntime(LiveRuntime):
                 wakers[r] = None
                 for read in reads[r]:  # Mailboxes.busy, inlined
                     read.idle.discard(r)
-                woken.append((r, fut))
+                woken.append((r, fut))  # type: ignore[arg-type]  # an Idle reader has a future
         self._active += len(woken)
         agents, activation = self.agents, self.plain_cycle if self.plain else self.activation
         for r, fut in woken:
@@ -488,7 +488,7 @@ class AsyncioRuntime(LiveRuntime):
                     log.idle.add(r)
                 self._active -= 1
             else:
-                fut.set_result((cycle, pending))  # type: ignore[union-attr]
+                fut.set_result((cycle, pending))
         self._active -= 1  # this pass
         if not self._active:
             self._quiescent()
