@@ -1,29 +1,27 @@
-"""The asyncio runtime: every agent is an asyncio task with its own in-queue.
+"""The asyncio runtime: agents as activations on one event loop, each with its own in-queue.
 
-An agent's task runs its start effects, then parks on a future while Idle; each
-activation is the shared agent cycle
-(:meth:`~megaactors.runtime.live.LiveRuntime.cycle`). No agent takes a batch
-before every agent's start effects have reached their first wait, as in the
-simulation. A broadcast to a whole group or to every admin is one entry in that
-channel's shared log, which each member reads from its own cursor; any other send
-appends a reference to its packet to each recipient's private in-queue (see
-:mod:`megaactors.runtime.mailboxes`: a batch gathering several queues lists its
-messages by id, which in one process is arrival order). Once per turn of the
-event loop a wake-up pass takes the recipients that were Idle, however many
-messages each received, and runs their activations in one callback, in turn, as
-far as each goes without waiting: one that waits for nothing is Idle again at
-once (no future resolved, no task step); one that waits is handed, its wait
-begun, to the agent's task, which awaits it. LLM calls are awaited: a simulated LLM's
-latency is slept (``latency_s * time_scale`` wall seconds), a real endpoint (an
-object with ``async acomplete``, e.g.
+Each activation is the shared agent cycle
+(:meth:`~megaactors.runtime.live.LiveRuntime.cycle`), run in a loop callback as far
+as it goes without waiting; one that waits (an LLM's latency, a gate, a real
+endpoint) is driven on by a task of its own, which ends with it. Start effects run
+in one callback, in id order; no agent takes a batch before every agent's start
+effects have reached their first wait, as in the simulation. A broadcast to a whole
+group or to every admin is one entry in that channel's shared log, which each
+member reads from its own cursor; any other send appends a reference to its packet
+to each recipient's private in-queue (see :mod:`megaactors.runtime.mailboxes`: a
+batch gathering several queues lists its messages by id, which in one process is
+arrival order). Once per turn of the loop a wake-up pass takes the recipients that
+were Idle, however many messages each received, and runs their activations in
+turn. A simulated LLM's latency is slept (``latency_s * time_scale`` wall seconds),
+a real endpoint (an object with ``async acomplete``, e.g.
 :class:`megaactors.providers.chat_completions.ChatCompletionsClient`) is awaited as
 it answers. The serial token, LLM slots and tool locks are FIFO gates whose waiters
 wait on futures.
 
-The run ends when every agent is Idle with an empty in-queue; every task then
-returns, so nothing is left on the loop. An exception in an agent ends the run at
-once: the other tasks are cancelled and :meth:`AsyncioRuntime.run` raises it
-(a :class:`~megaactors.errors.BehaviourError` names the agent and the message).
+The run ends when every agent is Idle with an empty in-queue: no task is left on
+the loop. An exception in an agent ends the run at once: the tasks are cancelled
+and :meth:`AsyncioRuntime.run` raises it (a
+:class:`~megaactors.errors.BehaviourError` names the agent and the message).
 
 ``run()`` makes its own event loop (uvloop when installed, unless
 ``event_loop="asyncio"``); inside a running loop (Jupyter) use
@@ -56,7 +54,7 @@ from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
 from megaactors.runtime.aio_loops import EVENT_LOOPS, new_event_loop
 from megaactors.runtime.aio_shards import Router, check_sharding
-from megaactors.runtime.aio_timers import CoalescedTimers
+from megaactors.runtime.aio_timers import CoalescedTimers, sleep_future
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.live import STARTS, Acquire, Ask, Cycle, CycleWait, LiveRuntime, Sleep
@@ -66,13 +64,12 @@ from megaactors.runtime.result import RunResult
 
 __all__ = ["EVENT_LOOPS", "AsyncioRuntime", "Router", "new_event_loop"]
 
-_STOP = object()  # resolves an Idle agent's wake-up future when the run is over
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
 _append = list.append
 
 
 class AsyncioRuntime(LiveRuntime):
-    """Runs a behaviour over an organisation with one asyncio task per agent."""
+    """Runs a behaviour over an organisation on one asyncio event loop."""
 
     name = "asyncio"
     applies_faults = True
@@ -104,12 +101,13 @@ class AsyncioRuntime(LiveRuntime):
         self.shards = shards
         self.router: Router | None = None
         """Set in a process that runs only some of the agents (see :class:`Router`)."""
-        self.tasks: list[asyncio.Task[None]] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+        """The tasks driving activations that wait (each ends with its activation)."""
         self.inboxes = [a.inbox for a in self.agents]
         """Each agent's private in-queue (``agent.inbox``), by id."""
-        self._wakers: list[asyncio.Future[Any] | None] = [None] * org.n
-        self._dirty: set[int] = set()
-        """Agents that received a private message since the last wake-up pass."""
+        self._idle = [False] * org.n  # by agent: Idle, a message wakes it
+        self._held: list[tuple[Agent, Cycle]] = []  # at the start barrier
+        self._dirty: set[int] = set()  # agents sent a private message since the last wake-up pass
         self.mailboxes: Mailboxes | None = None
         """Every in-queue: private ones and channel logs (made when the run starts)."""
         self._waking = False
@@ -175,8 +173,7 @@ class AsyncioRuntime(LiveRuntime):
         if not self._starting:  # serial: the token runs the start effects first
             self._starts.set_result(None)
             self.start_barrier = False
-        create_task, agent_main = loop.create_task, self._agent_main
-        self.tasks = [create_task(agent_main(a, eff)) for a, eff in zip(agents, starts, strict=True)]
+        loop.call_soon(self._start, agents, starts)
         try:
             await self._done
             self.mark_end()
@@ -205,20 +202,11 @@ class AsyncioRuntime(LiveRuntime):
 
     async def _stop_tasks(self) -> None:
         """End every task: Idle ones return, busy ones (after an error) are cancelled."""
-        wakers = self._wakers
-        for i, fut in enumerate(wakers):
-            if fut is not None:
-                wakers[i] = None
-                fut.set_result(_STOP)
         if self.error is not None or not self._done.done():  # type: ignore[union-attr]
             for task in self.tasks:  # an agent failed, or the run itself was cancelled
                 task.cancel()
-        await asyncio.sleep(0)  # one turn: every task woken above returns (no callback on each)
-        if not all(task.done() for task in self.tasks):
+        if self.tasks:  # each records its agent's error itself (fail)
             await asyncio.wait(self.tasks)
-        for task in self.tasks:
-            if not task.cancelled() and task.exception() is not None and self.error is None:
-                self.error = task.exception()
 
     def fail(self, exc: BaseException) -> None:
         """Record the run's first error and end the run."""
@@ -232,11 +220,11 @@ class AsyncioRuntime(LiveRuntime):
         mail = self.mailboxes
         for agent in agents:
             self.inboxes.append(agent.inbox)
-            self._wakers.append(None)
+            self._idle.append(False)
             mail.subscribe(agent.id)  # type: ignore[union-attr]
             mail.subscribe(self.org.parent[agent.id])  # type: ignore[union-attr]  # it may administer a new group
             self._active += 1
-            self.tasks.append(asyncio.get_running_loop().create_task(self._agent_main(agent, None)))
+            asyncio.get_running_loop().call_soon(self._start, [agent], [None])  # type: ignore[arg-type]
 
     def tool_lock(self, a: Agent, name: str) -> FifoGate[Agent]:
         if self.router is not None:
@@ -245,39 +233,65 @@ class AsyncioRuntime(LiveRuntime):
 
     # ------------------------------------------------------------------ one agent
 
-    async def _agent_main(self, a: Agent, start: Effects | None) -> None:
-        """The agent's task: start effects, then park until the wake-up pass hands
-        it an activation that waits (one that waits for nothing runs in the pass)."""
-        fut: asyncio.Future[Any] | None = None
+    def _start(self, agents: list[Agent], starts: list[Effects | None]) -> None:
+        """Run each agent's start effects (or what waits for it) as far as they go."""
+        pending = self.mailboxes.pending  # type: ignore[union-attr]
+        for a, eff in zip(agents, starts, strict=True):
+            if eff is None and not pending(a.id):
+                self._park(a.id)
+                continue
+            starting = eff is not None and not self.all_started()
+            cycle = self.plain_cycle(a, False, None, eff, starting) if self.plain else self.cycle(a, eff)
+            if not self._run_on(a, cycle):
+                return
+
+    def _release(self) -> None:
+        """Every start effect has reached its first wait: run the agents held at the barrier on."""
+        held, self._held = self._held, []
+        for a, cycle in held:
+            if not self._run_on(a, cycle):
+                return
+
+    def _run_on(self, a: Agent, cycle: Cycle) -> bool:
+        """Run ``cycle`` on as far as it goes and settle ``a``; False if it raised (the run fails)."""
         try:
-            mail = self.mailboxes
-            if start is not None or mail.pending(a.id):  # type: ignore[union-attr]
-                cycle = self.plain_cycle(a, False, None, start, True) if self.plain else self.cycle(a, start)
-                await self._drive(a, cycle, self._advance(a, cycle, next(cycle, None)))
-            loop = asyncio.get_running_loop()
-            wakers, reads, aid = self._wakers, mail.reads, a.id  # type: ignore[union-attr]
-            while True:
-                fut = loop.create_future()
-                wakers[aid] = fut
-                for log in reads[aid]:  # Mailboxes.idle, inlined
-                    log.idle.add(aid)
-                self._active -= 1
-                if not self._active:
-                    self._quiescent()
-                begun = await fut  # the activation the pass began, (cycle, what it awaits)
-                if begun is _STOP:
-                    return
-                fut = None
-                await self._drive(a, *begun)
+            self._settle(a, cycle, self._advance(a, cycle, next(cycle, None)))
+        except BaseException as exc:
+            self.fail(exc)
+            return False
+        return True
+
+    def _settle(self, a: Agent, cycle: Cycle, pending: Awaitable[Any] | None) -> None:
+        """``a``'s cycle ran as far as it could: Idle now (``pending`` None), held at
+        the start barrier, or handed to a task that awaits ``pending`` and drives it on."""
+        if pending is None:
+            self._park(a.id)
+        elif pending is self._starts:
+            self._held.append((a, cycle))
+        else:
+            task = asyncio.get_running_loop().create_task(self._continue(a, cycle, pending))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    def _park(self, aid: int) -> None:
+        """``aid`` is Idle: a message wakes it (no task waits for it)."""
+        self._idle[aid] = True
+        for log in self.mailboxes.reads[aid]:  # type: ignore[union-attr]  # Mailboxes.idle, inlined
+            log.idle.add(aid)
+        self._active -= 1
+        if not self._active:
+            self._quiescent()
+
+    async def _continue(self, a: Agent, cycle: Cycle, pending: Awaitable[Any]) -> None:
+        """Drive an activation that waits to its end, then park its agent."""
+        try:
+            await self._drive(a, cycle, pending)
         except asyncio.CancelledError:
-            if fut is not None and fut.done() and not fut.cancelled() and type(fut.result()) is tuple:
-                cycle, pending = fut.result()  # cancelled before driving the activation the pass began
-                cycle.close()
-                if asyncio.iscoroutine(pending):
-                    pending.close()
             raise
         except BaseException as exc:
             self.fail(exc)
+            return
+        self._park(a.id)
 
     def _advance(self, a: Agent, cycle: Cycle, wait: CycleWait | None) -> Awaitable[Any] | None:
         """Run ``cycle`` on from its wait ``wait`` while it waits for nothing (a free
@@ -318,6 +332,8 @@ class AsyncioRuntime(LiveRuntime):
         if not self._starting and not self._starts.done():  # type: ignore[union-attr]  # (cancelled: the run ends)
             self._starts.set_result(None)  # type: ignore[union-attr]
             self.start_barrier = False  # an activation from Idle need not look
+            if self._held:  # after what runs now: as the barrier's waiters would have
+                asyncio.get_running_loop().call_soon(self._release)
 
     def all_started(self) -> bool:
         return self._starts is not None and self._starts.done()
@@ -330,12 +346,7 @@ class AsyncioRuntime(LiveRuntime):
 
     def _sleep(self, delay: float) -> asyncio.Future[None]:
         """A future done in ``delay`` seconds (its timer set now)."""
-        if self._timers is not None:
-            return self._timers.sleep(delay)
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        loop.call_later(delay, _set_unless_done, fut)
-        return fut
+        return self._timers.sleep(delay) if self._timers is not None else sleep_future(delay)
 
     # ------------------------------------------------------------------ messages
 
@@ -446,19 +457,18 @@ class AsyncioRuntime(LiveRuntime):
 
     def _wake_dirty(self) -> None:
         """Mark busy every Idle agent with a message waiting, then run each one's
-        activation here, in turn, until it waits (then its task drives it on) or is
+        activation here, in turn, until it waits (then a task drives it on) or is
         Idle again. Sends made meanwhile wake their recipients in the next pass."""
         self._waking = False  # a send from here on asks for another pass
-        wakers, inboxes, woken = self._wakers, self.inboxes, []
+        idle, inboxes, woken = self._idle, self.inboxes, []
         mail = self.mailboxes
         reads = mail.reads  # type: ignore[union-attr]
         for r in self._dirty:
-            fut = wakers[r]
-            if fut is not None and inboxes[r]:  # Idle, and not emptied meanwhile
-                wakers[r] = None
+            if idle[r] and inboxes[r]:  # Idle, and not emptied meanwhile
+                idle[r] = False
                 for read in reads[r]:  # Mailboxes.busy, inlined
                     read.idle.discard(r)
-                woken.append((r, fut))
+                woken.append(r)
         self._dirty.clear()
         logs = mail.dirty  # type: ignore[union-attr]
         while logs:
@@ -466,34 +476,21 @@ class AsyncioRuntime(LiveRuntime):
             cursors, end = log.cursors, log.end
             # an Idle reader has a message unless it went Idle after reading the post
             for r in [r for r in log.idle if cursors[r] < end]:
-                fut = wakers[r]
-                wakers[r] = None
+                idle[r] = False
                 for read in reads[r]:  # Mailboxes.busy, inlined
                     read.idle.discard(r)
-                woken.append((r, fut))  # type: ignore[arg-type]  # an Idle reader has a future
+                woken.append(r)
         self._active += len(woken)
         agents, activation = self.agents, self.plain_cycle if self.plain else self.activation
-        for r, fut in woken:
+        for r in woken:
             a = agents[r]
             try:
                 cycle = activation(a)
                 wait = next(cycle, None)
-                pending = None if wait is None else self._advance(a, cycle, wait)
+                self._settle(a, cycle, None if wait is None else self._advance(a, cycle, wait))
             except BaseException as exc:
                 self.fail(exc)
                 return
-            if pending is None:  # Idle again: parked on the same future
-                wakers[r] = fut
-                for log in reads[r]:  # Mailboxes.idle, inlined
-                    log.idle.add(r)
-                self._active -= 1
-            else:
-                fut.set_result((cycle, pending))
         self._active -= 1  # this pass
         if not self._active:
             self._quiescent()
-
-
-def _set_unless_done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():  # not cancelled meanwhile
-        fut.set_result(None)

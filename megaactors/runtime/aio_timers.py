@@ -1,6 +1,7 @@
-"""Coalesced sleeps for the asyncio runtime (``timer_tick_s > 0``): every simulated
-wait ending within the same tick of that length is woken by one shared loop timer,
-at the end of the tick (waits are rounded up by less than one tick)."""
+"""Sleeps for the asyncio runtime, as futures whose timer is set at once
+(:func:`sleep_future`), and coalesced (``timer_tick_s > 0``): every simulated wait
+ending within the same tick of that length is woken by one shared loop timer, at the
+end of the tick (waits are rounded up by less than one tick)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import math
 import time
 
-__all__ = ["CoalescedTimers"]
+__all__ = ["CoalescedTimers", "sleep_future"]
 
 
 class CoalescedTimers:
@@ -31,3 +32,17 @@ class CoalescedTimers:
         fut = self.buckets.pop(key)
         if not fut.done():
             fut.set_result(None)
+
+
+def sleep_future(delay: float) -> asyncio.Future[None]:
+    """A future of the running loop done in ``delay`` seconds: what ``asyncio.sleep``
+    awaits, with its timer set now rather than when first awaited."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+    loop.call_later(delay, _set_unless_done, fut)
+    return fut
+
+
+def _set_unless_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():  # not cancelled meanwhile
+        fut.set_result(None)
