@@ -16,8 +16,8 @@ that *yields what it waits for* and is sent the outcome:
 * ``Ask(args)`` — an LLM that answers by itself (a real endpoint); the driver puts
   the reply in ``ask.reply``;
 * :data:`STARTS` — wait until every agent's start effects have run up to their first
-  wait (a runtime whose :meth:`LiveRuntime.all_started` can be false: threads need
-  that barrier, an event loop gets it from its order).
+  wait (a runtime whose :meth:`LiveRuntime.all_started` can be false: threads and
+  the event loop keep that barrier, as the simulation does).
 
 Each runtime drives the generator its own way: asyncio ``await`` s each wait, the
 pykka runtime blocks its thread, the debugger parks the agent in virtual time. The
