@@ -226,7 +226,7 @@ class ShardRouter:
         end the shard) or one fails (reported, then this returns)."""
         rt = self.rt
         # No await between opening the links and starting the agents: what another
-        # shard has sent already is taken only once the agents' tasks exist.
+        # shard has sent already is taken only once the agents' start is scheduled.
         await self.links.open(self)
         try:
             await rt.serve(rt.agents[self.lo : self.hi], starts[self.lo : self.hi], self._report)
