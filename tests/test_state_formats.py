@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import numpy as np
 import pytest
 from test_resume import _heads, _outcome, _runtime, _wire
 
 from megaactors.durable import blob
 from megaactors.durable.blob import decode_state, seal_state
 from megaactors.durable.packable import pack_checked
-from megaactors.durable.state import DurableSim
+from megaactors.durable.state import DurableSim, StateError
 from megaactors.runtime.events import superstep_end
 
 CHAIN = Path(__file__).parent / "data" / "format2_chain.msgpack"
@@ -103,3 +104,20 @@ def test_a_format2_run_resumed_goes_on_in_format3(old_chain: list[dict[str, Any]
         assert _heads(again) == heads[k], f"in-queues restored at step {k}"
         again.run()
         assert _outcome(again) == expected, f"restored at step {k}"
+
+
+def test_counts_that_contradict_the_packets_are_refused() -> None:
+    """A delta whose received counts say an agent took more than was ever addressed
+    to it cannot name its in-queue: the restore says so instead of guessing."""
+    rt = _runtime(DurableSim, *ARGS)
+    rt.start()
+    chain = [_wire(rt.genesis())]
+    for _ in range(3):
+        rt.advance(superstep_end(rt.next_event_time, WINDOW))
+        chain.append(_wire(rt.delta()))
+    last = chain[-1]
+    ids = np.frombuffer(last["agents"]["ids"], dtype=np.int64)
+    assert len(ids)
+    last["ledger_rows"]["received"] = np.full(len(ids), 10**6, dtype=np.int64).tobytes()
+    with pytest.raises(StateError, match=rf"agent {ids[0]}: -\d+ message\(s\) queued by the counts"):
+        _runtime(DurableSim, *ARGS).restore_chain(chain)

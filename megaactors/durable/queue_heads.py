@@ -31,10 +31,9 @@ _FIRST_ID = attrgetter("first_id")
 
 def _occurrences(packets: list[Packet]) -> tuple[np.ndarray, np.ndarray]:
     """Each (recipient, packet id) of ``packets``, as two arrays in the packets' order."""
-    lists = list(map(list, map(_RECIPIENTS, packets)))
+    lists = list(map(_RECIPIENTS, packets))  # lists, or views of the organisation's member lists
     counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-    total = int(counts.sum())
-    agents = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=total)
+    agents = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=int(counts.sum()))
     ids = np.repeat(np.fromiter(map(_FIRST_ID, packets), dtype=np.int64, count=len(packets)), counts)
     return agents, ids
 
