@@ -28,7 +28,7 @@ from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
 from megaactors.core.behaviour import NOTHING, UNCHANGED, AgentContext, Behaviour, Effects, LLMRequest
-from megaactors.core.llm import SimulatedLLM
+from megaactors.core.llm import SHARED_COUNTS, SimulatedLLM
 from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.runtime.events import EventQueue
@@ -51,10 +51,6 @@ __all__ = ["SimRuntime"]
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
 _append = list.append
 _new = object.__new__
-_COUNTS = tuple(range(1 << 14))
-"""Shared int objects for token counts below 16,384: the memory windows of all agents
-refer to these few, which stay in cache, instead of each to ints of its own, scattered
-over the heap (CPython caches only the ints up to 256)."""
 
 
 class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots):
@@ -288,7 +284,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
             inbox.clear()
             nbytes = self.postman.take(batch)
         tokens = -(-nbytes // self._bytes_per_token)
-        a.batch_tokens = _COUNTS[tokens] if tokens < 16384 else tokens
+        a.batch_tokens = SHARED_COUNTS[tokens] if tokens < 16384 else tokens  # in memory windows: shared ints
         if trace is not None:
             trace.batch(a.id, now, len(batch))
         if ctx is None or ctx.recruited or self._recruited:
