@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from megaactors import ChatRound, Organisation, SimRuntime
 from megaactors.core.behaviour import LLMRequest
-from megaactors.core.llm import SHARED_COUNTS, SimulatedLLM
+from megaactors.core.llm import SimulatedLLM
+from megaactors.core.shared_ints import SHARED_COUNTS
 
 
 def _run(n: int = 600, g: int = 12) -> tuple[SimRuntime, list[list[object]]]:
@@ -42,3 +43,13 @@ def test_an_agent_keeps_its_out_queue_list() -> None:
     rt, outboxes = _run()
     assert rt.ledger.messages > 0
     assert all(a.outbox is box and not box for a, box in zip(rt.agents, outboxes, strict=True))
+
+
+def test_log_byte_sums_are_shared_counts() -> None:
+    rt = SimRuntime(Organisation.two_tier(600, 12), ChatRound(2), trace=False)
+    rt.start()
+    for _ in range(300):
+        rt.step()
+    sums = [s for log in rt.mail.group_logs.values() for s in log.sums if s > 256]
+    assert sums
+    assert all(s is SHARED_COUNTS[s] for s in sums)

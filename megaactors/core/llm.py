@@ -12,13 +12,14 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from megaactors.core.shared_ints import SHARED_BELOW, SHARED_COUNTS
+
 if TYPE_CHECKING:
     from megaactors.core.behaviour import LLMRequest
 
 __all__ = [
     "DEFAULT_MODEL",
     "PRICES",
-    "SHARED_COUNTS",
     "LLMReply",
     "LatencyModel",
     "Price",
@@ -33,12 +34,6 @@ _MASK = (1 << 64) - 1
 _TWO_PI = 2.0 * math.pi
 _sqrt, _log, _cos, _exp = math.sqrt, math.log, math.cos, math.exp
 _new = object.__new__
-
-SHARED_COUNTS = tuple(range(1 << 14))
-"""One int object for each token count below 16,384, shared: a count kept in a
-reply or a memory window refers to one of these few, which stay in cache, rather
-than to an int of its own scattered over the heap (CPython shares only those up to
-256). ``SHARED_COUNTS[n] if n < len(SHARED_COUNTS) else n`` equals ``n``."""
 
 
 def _splitmix(x: int) -> int:
@@ -203,7 +198,7 @@ class SimulatedLLM:
         ``memory_tokens`` of memory and ``new_tokens`` new tokens."""
         system, default_out, median, sigma, per_token, prefill, per_m_in, per_m_out = self._constants
         tokens_in = system + memory_tokens + new_tokens
-        if tokens_in < 16384:  # a shared int: the reply dies long after it is made, cold
+        if tokens_in < SHARED_BELOW:  # a shared int: the reply dies long after it is made, cold
             tokens_in = SHARED_COUNTS[tokens_in]
         tokens_out = request.output_tokens
         if tokens_out is None:

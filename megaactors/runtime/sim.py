@@ -28,9 +28,10 @@ from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
 from megaactors.core.behaviour import NOTHING, UNCHANGED, AgentContext, Behaviour, Effects, LLMRequest
-from megaactors.core.llm import SHARED_COUNTS, SimulatedLLM
+from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
+from megaactors.core.shared_ints import SHARED_BELOW, SHARED_COUNTS
 from megaactors.runtime.events import EventQueue
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
@@ -284,7 +285,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
             inbox.clear()
             nbytes = self.postman.take(batch)
         tokens = -(-nbytes // self._bytes_per_token)
-        a.batch_tokens = SHARED_COUNTS[tokens] if tokens < 16384 else tokens  # in memory windows: shared ints
+        a.batch_tokens = SHARED_COUNTS[tokens] if tokens < SHARED_BELOW else tokens  # in memory windows: shared ints
         if trace is not None:
             trace.batch(a.id, now, len(batch))
         if ctx is None or ctx.recruited or self._recruited:
