@@ -30,6 +30,7 @@ from megaactors import (
 )
 from megaactors.core.messages import INTRA
 from megaactors.runtime import PykkaRuntime, SimRuntime, threads
+from megaactors.runtime.thread_limits import current_cpu
 from megaactors.runtime.threads import SWITCH_INTERVAL
 
 
@@ -212,14 +213,31 @@ class SeesCpus(SeesSwitchInterval):
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
-@pytest.mark.parametrize("one_cpu", [True, False])
-def test_one_cpu_puts_every_actor_on_one_cpu_and_restores_the_callers(one_cpu: bool) -> None:
+@pytest.mark.parametrize("one_cpu", [True, False, None])
+def test_one_cpu_puts_every_actor_on_one_cpu_and_restores_the_callers(one_cpu: bool | None) -> None:
     before = os.sched_getaffinity(0)
-    result = PykkaRuntime(Organisation.flat(4), SeesCpus(), one_cpu=one_cpu).run()
-    assert result.states == [[min(before)] if one_cpu else sorted(before)] * 4
+    kw = {} if one_cpu is None else {"one_cpu": one_cpu}  # None: the default, on
+    result = PykkaRuntime(Organisation.flat(4), SeesCpus(), **kw).run()
+    if one_cpu is False:
+        assert result.states == [sorted(before)] * 4
+    else:
+        assert len(result.states[0]) == 1 and result.states[0][0] in before
+        assert result.states == [result.states[0]] * 4
     assert os.sched_getaffinity(0) == before
-    chat = PykkaRuntime(Organisation.two_tier(30, 5), ChatRound(), seed=2, one_cpu=one_cpu).run()
+    chat = PykkaRuntime(Organisation.two_tier(30, 5), ChatRound(), seed=2, **kw).run()
     assert chat.ledger.messages == SimRuntime(Organisation.two_tier(30, 5), ChatRound(), seed=2).run().ledger.messages
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("cpu", sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [])
+def test_current_cpu_is_the_one_the_thread_runs_on(cpu: int) -> None:
+    """What lets side-by-side processes keep to different CPUs: each takes the one it is on."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})  # moves this thread there before it returns
+    try:
+        assert current_cpu() == cpu
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 @pytest.mark.parametrize("bad", [1, "yes", None])

@@ -1,7 +1,8 @@
 """Agent records of a simulation as columns, and back.
 
 A checkpoint stores the records of the agents that changed (all of them in a full
-snapshot) by column: ids, in-queue heads, phases and batch tokens as packed arrays;
+snapshot) by column: ids, in-queue heads (a full snapshot only: a restore derives
+those of a delta), phases and batch tokens as packed arrays;
 behaviour states as a list; memories as ``[kinds, memories stored in full]``; LLM
 calls in flight as ``[positions, new tokens, output tokens, stages (just one when
 all are equal), times, sequences]``; other pending work and out-queues (both rare)
@@ -78,7 +79,7 @@ def encode_agent_rows(
     state: SimState, ids: list[int], memory_kinds: np.ndarray | None, heads: np.ndarray | None = None
 ) -> dict[str, Any]:
     """The records of agents ``ids`` by column (memory ``kinds`` None: all in full;
-    ``heads``: their in-queue heads when the caller knows them, else looked up).
+    ``heads``: their in-queue heads, stored when given).
 
     Each column is read in one pass of ``map`` with an ``attrgetter`` (or an
     ``itemgetter``) of one attribute: no Python call per record, and no tuple per
@@ -106,15 +107,13 @@ def encode_agent_rows(
     other: dict[int, Any] = {}
     if flown + types.count(type(None)) != len(pending):
         other = _other_pending(state, ids, pending)
-    if heads is None:
-        heads = np.fromiter(map(state.mail.head, ids), dtype=np.int64, count=len(ids))
     provider: dict[str, Any] = {}
     if state.limits is not None:
         provider["calls"] = int64s(list(map(_CALLS, chosen)))
         provider["replies"] = [float64s(list(map(_LATENCY, replies))), list(map(_FAILED, replies))]
     return {
         "ids": int64s(ids),
-        "heads": heads.tobytes(),
+        **({"heads": heads.tobytes()} if heads is not None else {}),
         "state": bytes(map(_PHASE, chosen)),
         "data": list(map(_DATA, chosen)),
         "memory": memory,
@@ -164,12 +163,13 @@ def load_agent_rows(
     window: int,
 ) -> None:
     """Load rows of :func:`encode_agent_rows` into ``state``'s agents; note their
-    in-queue heads in ``heads`` and the events their calls in flight wait for in
+    in-queue heads (if stored) in ``heads`` and the events their calls in flight wait for in
     ``flight`` (replies recomputed with ``llm``; ``window`` is the memory window)."""
     agents = state.agents
     ids = array("q", rows["ids"]).tolist()
-    for aid, head in zip(ids, array("q", rows["heads"]), strict=True):
-        heads[aid] = head
+    if "heads" in rows:
+        for aid, head in zip(ids, array("q", rows["heads"]), strict=True):
+            heads[aid] = head
     kinds, memories = rows["memory"]
     if kinds is None:
         for aid, memory in zip(ids, memories, strict=True):

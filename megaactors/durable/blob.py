@@ -1,8 +1,12 @@
 """The bytes of a checkpoint: msgpack, zstd, and a versioned header.
 
 A checkpoint's state is msgpack packed and zstd compressed behind a header (magic,
-format version, codec); a blob of another format version or with a bad magic is
-refused with a one-line :class:`~megaactors.errors.StoreError`, never guessed at.
+state format, codec); a blob of a format this code does not read or with a bad magic
+is refused with a one-line :class:`~megaactors.errors.StoreError`, never guessed at.
+
+State format 3 (written since) differs from format 2 (still read) in deltas only: a
+delta of format 3 stores no in-queue heads, which a restore derives from the packets
+and the ledger (:mod:`megaactors.durable.queue_heads`).
 """
 
 from __future__ import annotations
@@ -15,16 +19,31 @@ import zstandard
 
 from megaactors.errors import CorruptStoreError, FormatVersionError
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "check_header", "decode_state", "encode_state", "pack_state", "seal_state"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "STATE_FORMAT",
+    "STATE_FORMATS_READ",
+    "check_header",
+    "decode_state",
+    "encode_state",
+    "pack_state",
+    "seal_state",
+]
 
 FORMAT = "megaactors-durable"
 """Name recorded in every database this package creates."""
 FORMAT_VERSION = 2
-"""Version of the schema and of the state encoding; a mismatch is refused, never guessed.
+"""Version of the database schema; a mismatch is refused, never guessed.
 The state of a run through a network or under a provider model adds keys that other
 runs never write (:mod:`megaactors.durable.net_rows`), so every checkpoint written
 before them reads as it did; a megaactors that predates them refuses such runs'
 parameters instead of resuming them without their network or limits."""
+
+STATE_FORMAT = 3
+"""Format of the state encoding every checkpoint written now carries in its header."""
+STATE_FORMATS_READ = (2, 3)
+"""State formats this code reads: 2 (deltas with in-queue heads) and 3."""
 
 _MAGIC = b"MACK"
 _HEADER = struct.Struct(">4sHB")  # magic, format version, codec
@@ -66,7 +85,7 @@ def pack_state(state: Any) -> bytes:
 
 def seal_state(packed: bytes) -> bytes:
     """Header + zstd(packed): the part of :func:`encode_state` that runs without the GIL."""
-    return _HEADER.pack(_MAGIC, FORMAT_VERSION, _ZSTD) + zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(packed)
+    return _HEADER.pack(_MAGIC, STATE_FORMAT, _ZSTD) + zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(packed)
 
 
 def encode_state(state: Any) -> bytes:
@@ -81,9 +100,10 @@ def check_header(blob: bytes, where: str = "checkpoint") -> None:
     magic, version, codec = _HEADER.unpack_from(blob)
     if magic != _MAGIC:
         raise CorruptStoreError(f"{where}: not a megaactors checkpoint (bad magic {magic!r})")
-    if version != FORMAT_VERSION:
+    if version not in STATE_FORMATS_READ:
         raise FormatVersionError(
-            f"{where}: written in checkpoint format version {version}; this megaactors reads version {FORMAT_VERSION}"
+            f"{where}: written in checkpoint format version {version}; "
+            f"this megaactors reads versions {' and '.join(map(str, STATE_FORMATS_READ))}"
         )
     if codec != _ZSTD:
         raise CorruptStoreError(f"{where}: unknown compression codec {codec}")

@@ -20,9 +20,11 @@ snapshot, its observer and its public methods.
 In-queues are not stored message by message. The simulation delivers packets in
 message-id order and an agent always takes its whole in-queue, so an in-queue is
 "every stored packet addressed to the agent from its first queued packet on": a
-snapshot keeps the live packets once and one integer (the head) per agent
+full snapshot keeps the live packets once and one integer (the head) per agent
 (``mail.live()``, ``mail.head()``; ``mail.refill()`` rebuilds the in-queues and the
-channel logs from them).
+channel logs from them). A delta keeps no heads: a restore derives them from the
+packets addressed to each agent and the messages it took
+(:mod:`megaactors.durable.queue_heads`).
 
 Agent records (:mod:`megaactors.durable.agent_rows`), packets and ledger rows
 (:mod:`megaactors.durable.state_codec`) are stored by column, so that capturing them
@@ -60,6 +62,7 @@ from megaactors.durable.net_rows import (
     network_section,
     transit_packets,
 )
+from megaactors.durable.queue_heads import QueueCount
 from megaactors.durable.state_codec import (
     append_trace,
     cells_changed,
@@ -131,7 +134,6 @@ class DurableSim(SimRuntime):
         """Which agents had an LLM call in flight at the last description."""
         self._shadow_started: set[int] = set()
         self._marked = False
-        self._shadow_heads = array("q")
         self._shadow_awake = b""
         self._shadow_ledger: dict[str, np.ndarray] = {}
         self._shadow_trace = (0, 0)
@@ -154,7 +156,7 @@ class DurableSim(SimRuntime):
         out.update(
             kind="full",
             n=len(agents),
-            agents=encode_agent_rows(state, list(range(len(agents))), None),
+            agents=encode_agent_rows(state, list(range(len(agents))), None, np.frombuffer(_heads(state), np.int64)),
             awake=bytes(state.awake),
             packets=encode_packets([p for _, p in sorted(live.items())], None),
             ledger_columns={c: col.tobytes() for c, col in _ledger_columns(state).items()},
@@ -179,7 +181,6 @@ class DurableSim(SimRuntime):
         changed = np.zeros(len(agents), dtype=bool)
         for c, col in columns.items():
             changed |= cells_changed(col, self._shadow_ledger[c])
-        took = cells_changed(columns["batches"], self._shadow_ledger["batches"])  # took its whole in-queue
         started = self._shadow_started - state.start_effects.keys() if self._shadow_started else set()
         noted = tracker.touched_agents | started
         if state.limits is not None:  # admitted to an LLM slot, a first attempt refused leaves no ledger trace
@@ -193,10 +194,9 @@ class DurableSim(SimRuntime):
             ran[self._shadow_net.crashed(net)] += 2  # stored in full
         changed |= ran > 0
         at = np.flatnonzero(changed)
-        packets, receivers = tracker.collect_packets(members_changed=len(state.recruiters) != self._shadow_recruits)
+        packets = tracker.collect_packets(members_changed=len(state.recruiters) != self._shadow_recruits)
         awake = np.frombuffer(bytes(state.awake), dtype=np.uint8)
-        heads, stored = self._new_heads(state, changed, took, receivers, awake)
-        rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]), heads[at])
+        rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]))
         llm_at_mark = np.zeros(len(agents), dtype=bool)
         llm_at_mark[: len(self._llm_at_mark)] = self._llm_at_mark
         llm_at_mark[at] = False
@@ -206,7 +206,6 @@ class DurableSim(SimRuntime):
             kind="delta",
             n=len(agents),
             agents=rows,
-            heads=[stored.tolist(), heads[stored].tolist()],
             awake=diff_cells(awake, np.frombuffer(self._shadow_awake, dtype=np.uint8)),
             packets=packets,
             ledger_rows={c: pick_cells(col, at) for c, col in columns.items()},
@@ -221,42 +220,10 @@ class DurableSim(SimRuntime):
         self._reset_tracking(state)
         return out
 
-    def _new_heads(
-        self, state: SimState, changed: np.ndarray, took: np.ndarray, receivers: np.ndarray, awake: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Every agent's in-queue head now (the shadow takes them) and the agents
-        outside ``changed`` whose head a delta stores (an empty queue that filled up).
-
-        A head moves only when its agent takes its whole queue (``took``: it is then
-        empty, unless a packet came later) or when a packet comes to an empty queue;
-        every agent a packet stamped since the last mark came to is in ``receivers`` (a
-        superset: a broadcast's whole channel). So only receivers are
-        looked up: among the agents that changed, and among the others those whose
-        queue was empty while they were busy (an Idle one takes what comes, and
-        changes). Through a network a crash empties a queue too: there every agent
-        that changed is looked up."""
-        n = len(changed)
-        shadow = self._shadow_heads
-        if len(shadow) < n:
-            shadow.extend([-1] * (n - len(shadow)))
-        before = np.frombuffer(shadow, dtype=np.int64)
-        received = np.zeros(n, dtype=bool)
-        received[receivers] = True
-        filled = received & (before == -1) & (awake == 1) & ~changed
-        if state.network is None:
-            look, heads = (received & changed) | filled, np.where(took, -1, before)
-        else:
-            look, heads = changed | filled, before.copy()
-        ids = np.flatnonzero(look)
-        heads[ids] = np.fromiter(map(state.mail.head, ids.tolist()), dtype=np.int64, count=len(ids))
-        before[:] = heads
-        return heads, np.flatnonzero(filled & (heads >= 0))
-
     def mark_clean(self) -> None:
         """Take the current state as the base of the next delta."""
         state = self.snapshot()
         agents = state.agents
-        self._shadow_heads = _heads(state)
         self._shadow_awake = bytes(state.awake)
         waiting = map(is_, map(type, map(_PENDING, agents)), repeat(tuple))  # an LLM call in flight, in C
         self._llm_at_mark = np.fromiter(waiting, dtype=bool, count=len(agents))
@@ -352,13 +319,20 @@ class DurableSim(SimRuntime):
             state = self.snapshot()
             heads = self._load_full(state, base, packets, flight)
             net_events = load_network_section(state, base, packets, queues, heads)
+        counted: QueueCount | None = None
+        """In-queues counted from the first delta without heads (state format 3) on."""
         for d in chain[1:]:
             self._grow(d["recruits"])
             if d["n"] != len(state.agents):
                 raise StateError(f"a delta holds {d['n']} agents where {len(state.agents)} were expected")
             heads.extend([-1] * (len(state.agents) - len(heads)))
-            for aid, head in zip(*d["heads"], strict=True):
-                heads[aid] = head
+            if "heads" in d:  # state format 2
+                if counted is not None:
+                    raise StateError("a delta with in-queue heads follows one without")
+                for aid, head in zip(*d["heads"], strict=True):
+                    heads[aid] = head
+            elif counted is None and state.network is None:  # the anchor: heads known, packets and counts so far
+                counted = QueueCount(heads, packets, _ledger_columns(state)["received"])
             if d["awake"] is not None:
                 set_cells(state.awake, *d["awake"])
             for c, col in _ledger_columns(state).items():
@@ -367,12 +341,16 @@ class DurableSim(SimRuntime):
             append_trace(state.trace, d["trace"], fresh=False)
             for aid in d["started"]:
                 state.start_effects.pop(aid, None)
-            for p in decode_packets(d["packets"], self.org):
-                packets[p.first_id] = p
+            added = decode_packets(d["packets"], self.org)
+            packets.update((p.first_id, p) for p in added)
+            if counted is not None:
+                counted.add(added)
             if "net" in d:
                 net_events = load_network_section(state, d, packets, queues)
         if len(chain) > 1 or base["kind"] == "full":
             self._load_common(state, chain[-1])
+        if counted is not None:
+            heads = counted.heads(packets, _ledger_columns(state)["received"])
         if state.network is None:
             _fill_inboxes(state, heads, packets)
         else:

@@ -3,21 +3,21 @@
 
 Events run, agents touched outside their own events, and sends stamped are noted
 as the simulation runs (a list append each); :meth:`ChangeTracker.collect_packets`
-encodes their packets and names the agents they may have come to.
+encodes their packets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from itertools import chain, compress
-from operator import attrgetter, itemgetter
+from collections.abc import Callable
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from megaactors.core.behaviour import ToolCall
 from megaactors.core.llm import LLMReply
-from megaactors.core.messages import ADMIN, Packet
+from megaactors.core.messages import Packet
 from megaactors.core.organisation import Organisation
 from megaactors.durable.state_codec import encode_packets
 
@@ -28,7 +28,6 @@ LLMCallHook = Callable[[int, int, LLMReply], None]
 ToolGate = Callable[[int, int, ToolCall, Callable[[], Any]], Any]
 """Runs a tool function: ``(agent, invocation_index, call, run) -> value``."""
 
-_CHANNEL = attrgetter("channel")
 _PACKETS, _BROADCAST = itemgetter(0), itemgetter(1)
 
 
@@ -51,9 +50,6 @@ class ChangeTracker:
         self.touched_agents: set[int] = set()
         self.sends: list[tuple[list[Packet], bool]] = []
         """The packets of every send stamped, and whether it was a broadcast."""
-        self._members_of_n = -1
-        self._groups_of = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        self._member_arrays: dict[int, np.ndarray] = {}
 
     def stamped(self, packets: list[Packet], broadcast: bool) -> None:
         self.sends.append((packets, broadcast))  # one append: this runs once per send
@@ -75,49 +71,17 @@ class ChangeTracker:
         """Forget everything noted so far."""
         self.events, self.touched_agents, self.sends = [], set(), []
 
-    def collect_packets(self, members_changed: bool) -> tuple[dict[str, Any], np.ndarray]:
-        """The packets stamped since the last reset, encoded, and the agents that
-        received them (and possibly a few more). A broadcast's recipients are left
-        out — they are its sender's peers on its channel — unless the organisation's
-        groups changed since it was sent (``members_changed``: agents were recruited)."""
+    def collect_packets(self, members_changed: bool) -> dict[str, Any]:
+        """The packets stamped since the last reset, encoded. A broadcast's recipients
+        are left out — they are its sender's peers on its channel — unless the
+        organisation's groups changed since it was sent (``members_changed``: agents
+        were recruited)."""
         sends, self.sends = self.sends, []
         packets = list(chain.from_iterable(map(_PACKETS, sends)))
+        if members_changed:
+            return encode_packets(packets, None)
         counts = np.fromiter(map(len, map(_PACKETS, sends)), dtype=np.int64, count=len(sends))
         sent = np.fromiter(map(_BROADCAST, sends), dtype=bool, count=len(sends)) & (counts == 1)
-        if members_changed or not sent.any():
-            encoded = encode_packets(packets, None)
-            return encoded, np.frombuffer(encoded["recipients"], dtype=np.int64)
-        broadcasts = sent if len(packets) == len(sends) else np.repeat(sent, counts)  # one flag per packet
-        encoded = encode_packets(packets, broadcasts)
-        # every member of a group or admins' channel that was broadcast to (a few more
-        # than received: the groups of admins' senders too)
-        senders = np.frombuffer(encoded["sender"], dtype=np.int64)
-        channels: Iterable[str] = encoded["channel"]  # all of them, or their one value
-        if not broadcasts.all():
-            senders = senders[broadcasts]
-            channels = map(_CHANNEL, compress(packets, broadcasts.tolist()))
-        member_group, admin_group = self._group_columns()
-        groups = set(member_group[senders].tolist()) | set(admin_group[senders].tolist())  # np.unique imports numpy.ma
-        groups.discard(-1)
-        lists = [self._members(g) for g in groups]
-        if ADMIN in channels:
-            lists.append(self._members(-1))
-        return encoded, np.concatenate([np.frombuffer(encoded["recipients"], dtype=np.int64), *lists])
-
-    def _group_columns(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each agent's group and the group it administers (-1: none), as arrays kept
-        until agents are recruited (the only way groups change)."""
-        org = self.org
-        if len(org.member_group) != self._members_of_n:
-            self._member_arrays = {}
-            self._members_of_n = len(org.member_group)
-            self._groups_of = (np.array(org.member_group, dtype=np.int64), np.array(org.admin_group, dtype=np.int64))
-        return self._groups_of
-
-    def _members(self, group: int) -> np.ndarray:
-        """The members of ``group`` (-1: the admins) as an array (see :meth:`_group_columns`)."""
-        found = self._member_arrays.get(group)
-        if found is None:
-            members = self.org.admins if group < 0 else self.org.groups[group]
-            found = self._member_arrays[group] = np.array(members, dtype=np.int64)
-        return found
+        if not sent.any():
+            return encode_packets(packets, None)
+        return encode_packets(packets, sent if len(packets) == len(sends) else np.repeat(sent, counts))

@@ -28,6 +28,7 @@ __all__ = [
     "SWITCH_INTERVAL",
     "THREAD_RESERVE",
     "check_thread_capacity",
+    "current_cpu",
     "on_one_cpu",
     "switch_interval",
     "thread_capacity",
@@ -159,20 +160,40 @@ def switch_interval(seconds: float | None) -> Iterator[None]:
         sys.setswitchinterval(old)
 
 
+def current_cpu() -> int | None:
+    """The CPU the calling thread runs on at this moment (Linux: the ``processor``
+    field of ``/proc/thread-self/stat``), or ``None`` where that cannot be read."""
+    try:
+        stat = Path("/proc/thread-self/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    try:
+        return int(fields[36])  # field 39 of the line; fields[0] is field 3 (the state)
+    except (IndexError, ValueError):
+        return None
+
+
 @contextlib.contextmanager
 def on_one_cpu(enabled: bool) -> Iterator[None]:
     """For the block, the calling thread and every thread it starts run on one CPU
-    (the first this thread may use; Linux only, else nothing changes); the caller's
-    CPUs are restored afterwards. Only one thread runs Python code at a time, and
-    handing the interpreter lock from a thread on one CPU to a thread on another costs
-    more than the work many activations do between two hand-offs. Processes started
-    meanwhile (a tool's subprocess, say) inherit the one CPU."""
+    (Linux only, else nothing changes); the caller's CPUs are restored afterwards.
+    Only one thread runs Python code at a time, and handing the interpreter lock from
+    a thread on one CPU to a thread on another costs more than the work many
+    activations do between two hand-offs.
+
+    The CPU is the one the calling thread runs on as the block starts (the first it
+    may use if that cannot be read): the scheduler has put it where it found room, so
+    processes that enter such blocks side by side (a sweep's workers, each busy on its
+    own CPU) keep to different CPUs. Processes started meanwhile (a tool's subprocess,
+    say) inherit the one CPU."""
     setaffinity = getattr(os, "sched_setaffinity", None)
     if not enabled or setaffinity is None:
         yield
         return
     allowed = os.sched_getaffinity(0)
-    setaffinity(0, {min(allowed)})
+    here = current_cpu()
+    setaffinity(0, {here if here in allowed else min(allowed)})
     try:
         yield
     finally:

@@ -7,10 +7,11 @@ time_scale`` wall seconds; a gate on an event). Postman, ledger, trace, organisa
 and gates are shared by all threads and touched under one lock. While a run
 executes, the interpreter's thread switch interval is
 :data:`~megaactors.runtime.thread_limits.SWITCH_INTERVAL` (restored afterwards;
-``switch_interval=None`` leaves it alone). With ``one_cpu=True`` the actors' threads
-run on one CPU (:func:`~megaactors.runtime.thread_limits.on_one_cpu`): only one of them
-runs Python code at a time, and handing the interpreter lock between CPUs costs more
-than the work between two hand-offs.
+``switch_interval=None`` leaves it alone). The actors' threads run on one CPU, the one
+the run starts on (:func:`~megaactors.runtime.thread_limits.on_one_cpu`;
+``one_cpu=False`` lets them use every CPU): only one of them runs Python code at a
+time, and handing the interpreter lock between CPUs costs more than the work between
+two hand-offs.
 
 **The inbox.** An actor's inbox is an :class:`AgentInbox`, supplied through pykka's
 extension point for actor implementors, ``_create_actor_inbox()`` (pykka's
@@ -164,7 +165,7 @@ class PykkaRuntime(LiveRuntime):
         options: RuntimeOptions | None = None,
         *,
         switch_interval: float | None = SWITCH_INTERVAL,
-        one_cpu: bool = False,
+        one_cpu: bool = True,
         **option_fields: Any,
     ) -> None:
         if switch_interval is not None and (
@@ -203,9 +204,11 @@ class PykkaRuntime(LiveRuntime):
         self.switch_interval = switch_interval
         """The interpreter's thread switch interval while :meth:`run` runs (``None``: unchanged)."""
         self.one_cpu = one_cpu
-        """Whether the actors' threads run on one CPU (:func:`~megaactors.runtime.thread_limits.on_one_cpu`):
-        on 2 CPUs the benchmark's chat rounds take about half the wall time. Off by default:
-        several such runs in parallel processes would share that one CPU."""
+        """Whether the actors' threads run on one CPU, the one the run starts on
+        (:func:`~megaactors.runtime.thread_limits.on_one_cpu`): on 2 CPUs the benchmark's
+        chat rounds take about half the wall time. Runs in parallel processes each keep
+        to the CPU they started on; ``False`` leaves the threads every CPU (for
+        behaviours whose own work releases the interpreter lock)."""
 
     # ------------------------------------------------------------------ driving
 
