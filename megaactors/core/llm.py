@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from megaactors.core.shared_ints import SHARED_BELOW, SHARED_COUNTS
+
 if TYPE_CHECKING:
     from megaactors.core.behaviour import LLMRequest
 
@@ -196,6 +198,8 @@ class SimulatedLLM:
         ``memory_tokens`` of memory and ``new_tokens`` new tokens."""
         system, default_out, median, sigma, per_token, prefill, per_m_in, per_m_out = self._constants
         tokens_in = system + memory_tokens + new_tokens
+        if tokens_in < SHARED_BELOW:  # a shared int: the reply dies long after it is made, cold
+            tokens_in = SHARED_COUNTS[tokens_in]
         tokens_out = request.output_tokens
         if tokens_out is None:
             tokens_out = default_out

@@ -22,6 +22,7 @@ from operator import attrgetter
 from typing import cast, overload
 
 from megaactors.core.messages import Packet, lead
+from megaactors.core.shared_ints import SHARED_BELOW, SHARED_COUNTS
 
 __all__ = ["ChannelLog", "LogSlice", "Without", "gather", "leads", "member_position", "without"]
 
@@ -146,7 +147,8 @@ class ChannelLog:
         payload = packet.payload  # lead(payload), inlined: this runs once per broadcast
         self.leads.append(payload[0] if isinstance(payload, (list, tuple)) and payload else None)
         sums = self.sums
-        sums.append(sums[-1] + packet.copy_bytes)
+        total = sums[-1] + packet.copy_bytes
+        sums.append(SHARED_COUNTS[total] if total < SHARED_BELOW else total)  # freed with the log's entries, cold
         self.end = at + 1
         self.behind = len(self.cursors)
         cursor = self.cursors.get(sender)
