@@ -163,7 +163,8 @@ class AsyncioRuntime(LiveRuntime):
         awaited first when the run ended without an error."""
         loop = asyncio.get_running_loop()
         if self.mailboxes is None:
-            self.mailboxes = Mailboxes(self.org, self.inboxes, self.router.local if self.router else None)
+            local, ids = self.router.local if self.router else None, [a.id for a in self.agents]
+            self.mailboxes = Mailboxes(self.org, self.inboxes, local, ids=ids)  # cursors keyed by agent.id itself
         self._done = loop.create_future()
         if self.timer_tick_s > 0:
             self._timers = CoalescedTimers(loop, self.timer_tick_s)
