@@ -55,9 +55,7 @@ def is_broadcast(org: Organisation, sender: int, recipients: Sequence[int], chan
             members = groups[mg]
             i = sender - members[0]
             if 0 <= i < len(members) and members[i] == sender:  # where group_peers finds it first
-                return (
-                    count == len(members) - 1 and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]
-                )
+                return _whole_group(members, i, recipients)
         most = (len(groups[mg]) if mg >= 0 else 0) + (len(groups[ag]) if 0 <= ag != mg else 0)
         return most - 2 <= count <= most and recipients == org.group_peers(sender)
     if channel == ADMIN:
@@ -66,6 +64,28 @@ def is_broadcast(org: Organisation, sender: int, recipients: Sequence[int], chan
         most = len(org.admins)
         return most - 1 <= count <= most and recipients == org.admin_peers(sender)
     return False
+
+
+def _whole_group(members: list[int], i: int, recipients: list[int]) -> bool:
+    """Whether ``recipients`` is ``members`` without its ``i``-th (same order),
+    compared in slices: the peers' list is not built."""
+    return len(recipients) == len(members) - 1 and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]
+
+
+def _group_broadcast(org: Organisation, sender: int, recipients: Sequence[int]) -> int:
+    """The group of ``sender`` if ``recipients`` is that whole group but the sender,
+    the sender a member of that one group only (the commonest broadcast on the
+    intra-group channel); else -1 (then :func:`check_routes` decides)."""
+    if org.graph is not None or type(recipients) is not list or type(sender) is not int or not 0 <= sender < org.n:
+        return -1
+    mg, ag = org.member_group[sender], org.admin_group[sender]
+    if mg < 0 or 0 <= ag != mg:
+        return -1
+    members = org.groups[mg]
+    i = sender - members[0]
+    if 0 <= i < len(members) and members[i] == sender and _whole_group(members, i, recipients):
+        return mg
+    return -1
 
 
 def check_routes(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> bool:
@@ -218,6 +238,13 @@ class Postman:
             cached = (len(members), sum(map(self.recipient_sizes().__getitem__, members)))
         return cached
 
+    def _group_size(self, group: int) -> int:
+        """Summed id sizes of the members of ``group`` (cached while its size holds)."""
+        cached = self._group_sizes.get(group)
+        if cached is None or cached[0] != len(self.org.groups[group]):
+            cached = self._group_sizes[group] = self._members_size(self.org.groups[group], (-1, 0))
+        return cached[1]
+
     def _broadcast_size(self, sender: int, channel: str, count: int) -> int:
         """Summed id sizes of the ``count`` recipients of a broadcast: the sender's
         group(s) or the admins, less the sender itself, from per-group sums."""
@@ -240,7 +267,8 @@ class Postman:
         message ids cross a size boundary (every copy of a packet has the same size
         but for its recipient)."""
         recipients, channel = send.recipients, send.channel
-        broadcast = self.broadcast = check_routes(self.org, sender, recipients, channel)
+        group = _group_broadcast(self.org, sender, recipients) if channel == INTRA else -1
+        broadcast = self.broadcast = group >= 0 or check_routes(self.org, sender, recipients, channel)
         if self._link is not None:
             self._use_machine(sender)
         first = self._next_id
@@ -259,7 +287,9 @@ class Postman:
             id_bytes = int_size_total(first, mid)
             self.next_message_id = mid
         # every envelope is the packet plus its id and its recipient
-        if broadcast:
+        if group >= 0:  # its group's summed id sizes, less the sender's
+            recipient_bytes = self._group_size(group) - self._sizes[sender]
+        elif broadcast:
             recipient_bytes = self._broadcast_size(sender, channel, count)
         elif count == 1:
             recipient_bytes = self.recipient_sizes()[recipients[0]]
