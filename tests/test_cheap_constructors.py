@@ -39,14 +39,19 @@ def test_context_send_and_effects_equal_the_ones_their_class_makes() -> None:
 
 @pytest.mark.parametrize(
     ("sender", "payload", "parent", "sent_at", "first_id"),
-    [(0, [0, "text"], None, 0.0, 0), (300, {"a": [1.5, None]}, 70000, 2, 255), (5, "x" * 300, 3, 1e9, 1 << 33)],
+    [
+        (0, [0, "text"], None, 0.0, 0),
+        (300, {"a": [1.5, None]}, 70000, 2, 255),
+        (5, "x" * 300, 3, 1e9, 1 << 33),
+        *((sender, [1, "y" * 40], None, 0.5, 9) for sender in (127, 128, 255, 256, 65535, 65536)),
+    ],
 )
 def test_a_packet_made_cheaply_equals_the_one_its_class_makes(
     sender: int, payload: object, parent: int | None, sent_at: float, first_id: int
 ) -> None:
     args = (sender, "intra", "chat", payload, parent, sent_at, first_id, [1, 2, 3])
-    made, reference = new_packet(*args), Packet(*args)
-    assert _slots(made) == _slots(reference)
+    first, made, reference = new_packet(*args), new_packet(*args), Packet(*args)  # the second: names seen before
+    assert _slots(first) == _slots(made) == _slots(reference)
     assert type(made.sent_at) is float and made.copy_bytes == reference.copy_bytes
 
 

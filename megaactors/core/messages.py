@@ -144,7 +144,13 @@ def new_packet(
     packet = _new(Packet)
     packet.sender, packet.channel, packet.kind, packet.payload, packet.parent = sender, channel, kind, payload, parent
     packet.sent_at = float(sent_at)
-    packet.overhead = overhead = send_overhead(sender, channel, kind, payload_size(payload), parent)
+    channel_size, kind_size = _STR_SIZES.get(channel), _STR_SIZES.get(kind)
+    if channel_size is None or kind_size is None or parent is not None or not 0 <= sender < 65536:
+        overhead = send_overhead(sender, channel, kind, payload_size(payload), parent)
+    else:  # send_overhead of the commonest envelope, inlined: names seen before, no parent
+        overhead = (12 if sender < 128 else 13 if sender < 256 else 14) + channel_size + kind_size
+        overhead += payload_size(payload)
+    packet.overhead = overhead
     packet.first_id, packet.recipients, packet._index = first_id, recipients, None  # noqa: SLF001
     packet.copy_bytes = overhead + int_size(first_id)
     return packet
