@@ -166,6 +166,35 @@ def test_a_broadcast_costs_the_bytes_of_its_envelopes_across_id_size_boundaries(
     assert not postman.broadcast
 
 
+@pytest.mark.parametrize(
+    "make",
+    [lambda: Organisation.two_tier(300, 7), lambda: Organisation.hierarchy(40, 3)],
+    ids=["two-tier", "hierarchy"],
+)
+def test_a_group_broadcast_is_stamped_as_the_same_send_in_another_order(make: Any) -> None:
+    """A broadcast to a sender's group (decided and sized in one pass when the sender is
+    in that group alone) costs the bytes of its envelopes, as the same recipients in
+    another order do through the general route check; also once the group has grown."""
+    org = make()
+    ledger = Ledger(org.n)
+    postman = Postman(org, ledger, next_message_id=100)  # the ids cross 128 and 256 on the way
+    for grow in (False, True):
+        if grow:
+            org.recruit(org.groups[1][0] if org.kind == "two-tier" else org.n - 1)  # a leaf of the hierarchy
+            ledger.grow(org.n)
+        for a in range(org.n):
+            peers = org.group_peers(a)
+            if len(peers) < 2:
+                continue
+            for recipients, broadcast in ((peers, True), (peers[::-1], False)):
+                before = ledger.bytes
+                packets = postman.stamp(a, Send(list(recipients), INTRA, "chat", [2, "text"]), 1.0)
+                assert postman.broadcast is broadcast
+                assert ledger.bytes - before == envelope_bytes(packets)
+    with pytest.raises(RouteError):  # a whole group, but not the sender's
+        postman.stamp(org.groups[0][1], Send(org.group_peers(org.groups[1][1]), INTRA, "chat", 0), 2.0)
+
+
 # ---------------------------------------------------------------------- many logs and private queues
 
 
