@@ -499,7 +499,7 @@ def test_asyncio_runs_activations_that_wait_for_nothing_without_a_task_or_future
     assert loop.handles <= 40 < batches
 
 
-def test_asyncio_activations_that_wait_are_driven_by_their_tasks_in_gate_order() -> None:
+def test_asyncio_activations_that_wait_for_an_llm_slot_are_driven_on_by_their_tasks() -> None:
     # one LLM slot: every call waits in the slot's line, and the run still ends with
     # every message read (each wait begun in the wake-up pass, awaited by the task)
     org = Organisation.two_tier(24, 4)

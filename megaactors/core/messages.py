@@ -148,8 +148,8 @@ def new_packet(
     if channel_size is None or kind_size is None or parent is not None or not 0 <= sender < 65536:
         overhead = send_overhead(sender, channel, kind, payload_size(payload), parent)
     else:  # send_overhead of the commonest envelope, inlined: names seen before, no parent
-        overhead = (12 if sender < 128 else 13 if sender < 256 else 14) + channel_size + kind_size
-        overhead += payload_size(payload)
+        sender_size = 1 if sender < 128 else 2 if sender < 256 else 3  # int_size below 65,536
+        overhead = _FIXED_NO_PARENT + sender_size + channel_size + kind_size + payload_size(payload)
     packet.overhead = overhead
     packet.first_id, packet.recipients, packet._index = first_id, recipients, None  # noqa: SLF001
     packet.copy_bytes = overhead + int_size(first_id)
@@ -431,6 +431,11 @@ _packers = threading.local()
 
 
 _FLOAT_SIZE = 9  # msgpack packs a Python float as float 64
+
+
+_FIXED_NO_PARENT = 1 + 1 + _FLOAT_SIZE
+"""What :func:`send_overhead` counts besides the sender, names and payload when there
+is no parent: the array header, the parent's nil and the time sent."""
 
 
 def send_overhead(sender: int, channel: str, kind: str, payload_bytes: int, parent: int | None) -> int:
