@@ -55,6 +55,7 @@ from megaactors.errors import ParameterError
 from megaactors.runtime.aio_loops import EVENT_LOOPS, new_event_loop
 from megaactors.runtime.aio_shards import Router, check_sharding
 from megaactors.runtime.aio_timers import CoalescedTimers, sleep_future
+from megaactors.runtime.channel_log import without
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.live import STARTS, Acquire, Ask, Cycle, CycleWait, LiveRuntime, Sleep
@@ -401,7 +402,7 @@ class AsyncioRuntime(LiveRuntime):
             return
         mail = self.mailboxes
         stamp, post, compact, share = postman.stamp, mail.post, mail.compact, mail.share  # type: ignore[union-attr]
-        dirty_logs, reads = mail.dirty, mail.reads  # type: ignore[union-attr]
+        dirty_logs, reads, group_logs = mail.dirty, mail.reads, mail.group_logs  # type: ignore[union-attr]
         inboxes, dirty = self.inboxes, self._dirty
         lo, hi = (router.local.start, router.local.stop) if router is not None else (0, 0)
         for send in a.outbox:
@@ -410,7 +411,15 @@ class AsyncioRuntime(LiveRuntime):
             packets = stamp(sender, send, now)
             if postman.broadcast and len(packets) == 1:
                 if router is None:  # into the sender's logs (compacted), each looked at for Idle readers
-                    share(packets[0])
+                    packet = packets[0]
+                    log = group_logs.get(postman.group)
+                    if log is not None:  # its one group's whole log (Mailboxes.share, inlined)
+                        members = self.org.groups[postman.group]
+                        packet.recipients = without(members, postman.position, len(members))
+                        log.post(packet, sender)
+                        dirty_logs.add(log)
+                        continue
+                    share(packet)
                     dirty_logs.update(reads[sender])
                     continue
                 compact(packets[0])
