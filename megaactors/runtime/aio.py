@@ -357,12 +357,23 @@ class AsyncioRuntime(LiveRuntime):
             a.phase = PROCESSING
         else:
             self.move(a, PROCESSING)
-        count, copy_bytes, parts = self.mailboxes.take_later(a.id)  # type: ignore[union-attr]
+        aid, inbox = a.id, a.inbox
+        if inbox:
+            count, copy_bytes, parts = self.mailboxes.take_later(aid)  # type: ignore[union-attr]
+        else:  # its logs alone (Mailboxes.take_later, inlined: the commonest batch of a chat)
+            count = copy_bytes = 0
+            parts = []
+            for log in self.mailboxes.reads[aid]:  # type: ignore[union-attr]
+                if log.cursors[aid] < log.end:
+                    part, unread, size = log.take(aid)  # type: ignore[misc]
+                    parts.append(part)
+                    count += unread
+                    copy_bytes += size
         if len(parts) == 1 and type(parts[0]) is list:  # its private in-queue alone
-            batch = Batch(a.id, parts[0])
+            batch = Batch(aid, parts[0])
         else:  # packets listed if asked for; leads read from a log's column (see Batch.deferred)
-            batch = Batch.deferred(a.id, count, gather, parts, leads)
-        nbytes = self.postman.account_batch(a.id, count, copy_bytes)
+            batch = Batch.deferred(aid, count, gather, parts, leads)
+        nbytes = self.postman.account_batch(aid, count, copy_bytes)
         if self.trace is None:  # LiveRuntime.account_batch, inlined
             a.batch_tokens = -(-nbytes // self.core.bytes_per_token)
         else:
@@ -492,15 +503,23 @@ class AsyncioRuntime(LiveRuntime):
                 woken.append(r)
         self._active += len(woken)
         agents, activation = self.agents, self.plain_cycle if self.plain else self.activation
+        parked = 0
         for r in woken:
             a = agents[r]
             try:
                 cycle = activation(a)
                 wait = next(cycle, None)
-                self._settle(a, cycle, None if wait is None else self._advance(a, cycle, wait))
+                if wait is not None:
+                    self._settle(a, cycle, self._advance(a, cycle, wait))
+                    continue
             except BaseException as exc:
                 self.fail(exc)
                 return
-        self._active -= 1  # this pass
+            aid = a.id  # over without a wait: Idle again (_park, inlined; this pass keeps the run active)
+            idle[aid] = True
+            for log in reads[aid]:
+                log.idle.add(aid)
+            parked += 1
+        self._active -= parked + 1  # the activations parked here, and this pass
         if not self._active:
             self._quiescent()

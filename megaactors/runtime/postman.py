@@ -340,7 +340,12 @@ class Postman:
         ``copy_bytes`` sum to ``copy_bytes``; return its size in bytes."""
         sizes = self._sizes
         nbytes = copy_bytes + count * (sizes[recipient] if recipient < len(sizes) else int_size(recipient))
-        self._columns.note(self._batches, recipient, count, nbytes)
+        agents, counts, sizes = self._batches  # AgentColumns.note, inlined
+        agents.append(recipient)
+        counts.append(count)
+        sizes.append(nbytes)
+        if len(agents) >= FOLD_AT:
+            self._columns.fold()
         if count > self.ledger.peak_queue_depth:
             self.ledger.peak_queue_depth = count
         return nbytes
