@@ -55,7 +55,7 @@ from megaactors.errors import ParameterError
 from megaactors.runtime.aio_loops import EVENT_LOOPS, new_event_loop
 from megaactors.runtime.aio_shards import Router, check_sharding
 from megaactors.runtime.aio_timers import CoalescedTimers, sleep_future
-from megaactors.runtime.channel_log import without
+from megaactors.runtime.channel_log import Without
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.live import STARTS, Acquire, Ask, Cycle, CycleWait, LiveRuntime, Sleep
@@ -67,6 +67,7 @@ __all__ = ["EVENT_LOOPS", "AsyncioRuntime", "Router", "new_event_loop"]
 
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
 _append = list.append
+_new = object.__new__
 
 
 class AsyncioRuntime(LiveRuntime):
@@ -412,34 +413,36 @@ class AsyncioRuntime(LiveRuntime):
             self._deliver_copies(a, now)
             return
         mail = self.mailboxes
-        stamp, post, compact, share = postman.stamp, mail.post, mail.compact, mail.share  # type: ignore[union-attr]
-        dirty_logs, reads, group_logs = mail.dirty, mail.reads, mail.group_logs  # type: ignore[union-attr]
-        inboxes, dirty = self.inboxes, self._dirty
-        lo, hi = (router.local.start, router.local.stop) if router is not None else (0, 0)
+        stamp, group_logs, groups = postman.stamp, mail.group_logs, self.org.groups  # type: ignore[union-attr]
         for send in a.outbox:
             if router is not None:
                 postman.next_message_id = router.reserve(len(send.recipients))
             packets = stamp(sender, send, now)
             if postman.broadcast and len(packets) == 1:
+                packet = packets[0]
                 if router is None:  # into the sender's logs (compacted), each looked at for Idle readers
-                    packet = packets[0]
                     log = group_logs.get(postman.group)
-                    if log is not None:  # its one group's whole log (Mailboxes.share, inlined)
-                        members = self.org.groups[postman.group]
-                        packet.recipients = without(members, postman.position, len(members))
+                    if log is not None:  # its one group's whole log (Mailboxes.share and without, inlined)
+                        members = groups[postman.group]
+                        view = _new(Without)
+                        view.members, view.skip, view.size = members, postman.position, len(members)
+                        packet.recipients = view
                         log.post(packet, sender)
-                        dirty_logs.add(log)
+                        mail.dirty.add(log)  # type: ignore[union-attr]
                         continue
-                    share(packet)
-                    dirty_logs.update(reads[sender])
+                    mail.share(packet)  # type: ignore[union-attr]
+                    mail.dirty.update(mail.reads[sender])  # type: ignore[union-attr]
                     continue
-                compact(packets[0])
-                if not post(packets[0]) and router is not None:  # some members live in other processes
-                    router.forward(packets[0], True)
+                mail.compact(packet)  # type: ignore[union-attr]
+                if not mail.post(packet):  # type: ignore[union-attr]  # some members live in other processes
+                    router.forward(packet, True)
                 continue
+            inboxes, dirty = self.inboxes, self._dirty
             for packet in packets:
                 recipients = packet.recipients
-                if router is not None and not (lo <= min(recipients) and max(recipients) < hi):
+                if router is not None and not (
+                    router.local.start <= min(recipients) and max(recipients) < router.local.stop
+                ):
                     recipients = router.forward(packet, False)
                 _consume(map(_append, map(inboxes.__getitem__, recipients), repeat(packet)))
                 dirty.update(recipients)

@@ -299,10 +299,10 @@ class Postman:
         ledger.bytes += nbytes
         ledger.messages_by_channel[channel] += count
         ledger.bytes_by_channel[channel] += nbytes
-        agents, counts, sizes = self._sends  # AgentColumns.note, inlined
+        agents, counts, totals = self._sends  # AgentColumns.note, inlined
         agents.append(sender)
         counts.append(count)
-        sizes.append(nbytes)
+        totals.append(nbytes)
         if len(agents) >= FOLD_AT:
             self._columns.fold()
         if self.on_stamp is not None:
@@ -340,10 +340,10 @@ class Postman:
         ``copy_bytes`` sum to ``copy_bytes``; return its size in bytes."""
         sizes = self._sizes
         nbytes = copy_bytes + count * (sizes[recipient] if recipient < len(sizes) else int_size(recipient))
-        agents, counts, sizes = self._batches  # AgentColumns.note, inlined
+        agents, counts, totals = self._batches  # AgentColumns.note, inlined
         agents.append(recipient)
         counts.append(count)
-        sizes.append(nbytes)
+        totals.append(nbytes)
         if len(agents) >= FOLD_AT:
             self._columns.fold()
         if count > self.ledger.peak_queue_depth:
