@@ -45,6 +45,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from itertools import repeat
+from time import monotonic
 from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
@@ -408,7 +409,8 @@ class AsyncioRuntime(LiveRuntime):
         """Flush the out-queue: a broadcast into its channel log(s), any other send
         as a packet reference into each recipient's private in-queue; what is for
         agents of other processes goes through the router."""
-        postman, now, sender, router = self.postman, self.now(), a.id, self.router
+        now = (monotonic() - self._t0) / self.time_scale if self.wall_clock else self.now()  # now(), inlined
+        postman, sender, router = self.postman, a.id, self.router
         if self.live_faults is not None:
             self._deliver_copies(a, now)
             return

@@ -42,6 +42,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from contextlib import AbstractContextManager
+from time import monotonic
 from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, Agent, Phase
@@ -71,6 +72,8 @@ __all__ = [
     "Sleep",
     "is_async_llm",
 ]
+
+_new = object.__new__
 
 
 def is_async_llm(llm: Any) -> bool:
@@ -128,9 +131,10 @@ class LiveRuntime(ABC):
         and cheaper to enter than a no-op context manager written in Python)."""
         self.started = False
         self.plain = False
-        self.start_barrier = self.idle_hook = True
+        self.start_barrier = self.idle_hook = self.wall_clock = True
         """Whether :meth:`all_started` and :meth:`went_idle` do anything here (decided
-        by :meth:`start_effects`: whether the runtime overrides them)."""
+        by :meth:`start_effects`: whether the runtime overrides them; :attr:`wall_clock`:
+        whether :meth:`now` is this class's own, read inline in :meth:`plain_cycle`)."""
         """Whether no rare feature is set (no serial token, LLM slots, provider model,
         observer of paid calls, or LLM that answers by itself): an agent woken from
         Idle then runs :meth:`plain_cycle` (decided once, by :meth:`start_effects`)."""
@@ -162,6 +166,7 @@ class LiveRuntime(ABC):
         core, cls = self.core, type(self)
         self.start_barrier = cls.all_started is not LiveRuntime.all_started
         self.idle_hook = cls.went_idle is not LiveRuntime.went_idle
+        self.wall_clock = cls.now is LiveRuntime.now
         self.plain = (
             self.token is None
             and self.llm_slots is None
@@ -323,6 +328,7 @@ class LiveRuntime(ABC):
         ``reply_effects``, inlined: this runs once per activation)."""
         core, shared, ledger, behaviour = self.core, self.shared, self.ledger, self.behaviour
         org, recruited, complete, apply, now = self.org, core.recruited, self.llm.complete, core.apply, self.now
+        wall = self.wall_clock  # now() read inline below: (the wall clock - _t0) / time_scale
         if eff is None and self.start_barrier and not self.all_started():
             yield STARTS
         barrier = starting  # its start effects: the barrier is looked at before its first batch
@@ -335,7 +341,9 @@ class LiveRuntime(ABC):
                 if batch is None:
                     batch = self.take(a, woken)
                     woken = False
-                ctx = new_context(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+                ctx = _new(AgentContext)  # new_context(...), inlined
+                ctx.agent, ctx.org, ctx.now = a.id, org, (monotonic() - self._t0) / self.time_scale if wall else now()
+                ctx.recruited = recruited.pop(a.id, ()) if recruited else ()  # type: ignore[arg-type,assignment]
                 try:
                     eff = behaviour.on_batch(ctx, a.data, batch)
                 except Exception as exc:
@@ -374,7 +382,9 @@ class LiveRuntime(ABC):
                 memory.append(reply.tokens_out)
                 if len(memory) > core.window:
                     del memory[: len(memory) - core.window]
-                ctx = new_context(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+                ctx = _new(AgentContext)  # new_context(...), inlined
+                ctx.agent, ctx.org, ctx.now = a.id, org, (monotonic() - self._t0) / self.time_scale if wall else now()
+                ctx.recruited = recruited.pop(a.id, ()) if recruited else ()  # type: ignore[arg-type,assignment]
                 try:
                     eff = behaviour.on_reply(ctx, a.data, reply)
                 except Exception as exc:
