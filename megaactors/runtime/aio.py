@@ -76,6 +76,7 @@ class AsyncioRuntime(LiveRuntime):
 
     name = "asyncio"
     applies_faults = True
+    one_thread = True
 
     def __init__(
         self,

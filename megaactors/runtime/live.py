@@ -88,6 +88,10 @@ class LiveRuntime(ABC):
     name = "live"
     applies_faults = False
     """Whether its delivery passes packets through :attr:`live_faults` (else faults are refused)."""
+    one_thread = False
+    """Whether every agent runs on one thread (an event loop): :meth:`plain_cycle` then
+    counts an LLM call without taking :attr:`shared` (entering a lock costs about as
+    much as the counting itself)."""
 
     def __init__(
         self,
@@ -329,6 +333,7 @@ class LiveRuntime(ABC):
         core, shared, ledger, behaviour = self.core, self.shared, self.ledger, self.behaviour
         org, recruited, complete, apply, now = self.org, core.recruited, self.llm.complete, core.apply, self.now
         wall = self.wall_clock  # now() read inline below: (the wall clock - _t0) / time_scale
+        one_thread = self.one_thread
         if eff is None and self.start_barrier and not self.all_started():
             yield STARTS
         barrier = starting  # its start effects: the barrier is looked at before its first batch
@@ -361,7 +366,7 @@ class LiveRuntime(ABC):
                 new_tokens = a.batch_tokens if wait.new_tokens is None else wait.new_tokens
                 reply = complete(a.id, index, wait, sum(memory), new_tokens)
                 delay = reply.latency_s * self.time_scale
-                with shared:
+                if one_thread:  # the block below, without the lock: no other thread touches the records
                     in_flight = core.in_flight + 1
                     if in_flight > ledger.peak_llm_in_flight:
                         ledger.peak_llm_in_flight = in_flight
@@ -369,6 +374,15 @@ class LiveRuntime(ABC):
                         a.calls = index + 1
                         ledger.record_llm(a.id, reply)
                     core.in_flight = in_flight if delay > 0 else in_flight - 1
+                else:
+                    with shared:
+                        in_flight = core.in_flight + 1
+                        if in_flight > ledger.peak_llm_in_flight:
+                            ledger.peak_llm_in_flight = in_flight
+                        if reply.failed is None:
+                            a.calls = index + 1
+                            ledger.record_llm(a.id, reply)
+                        core.in_flight = in_flight if delay > 0 else in_flight - 1
                 if delay > 0:
                     try:
                         yield Sleep(delay, "llm")
