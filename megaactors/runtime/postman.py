@@ -254,7 +254,7 @@ class Postman:
         group = -1
         # _group_broadcast, inlined: the commonest send of a chat (the sender's whole group)
         one = channel == INTRA and org.graph is None and type(recipients) is list and type(sender) is int
-        if one and 0 <= sender < org.n:
+        if one and 0 <= sender < len(org.member_group):  # an agent (org.n, without the property's call)
             mg, ag = org.member_group[sender], org.admin_group[sender]
             if mg >= 0 and not 0 <= ag != mg:
                 members = org.groups[mg]
