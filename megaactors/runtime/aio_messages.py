@@ -32,6 +32,8 @@ _new = object.__new__
 
 
 def take(self: AsyncioRuntime, a: Agent, woken: bool) -> Batch:
+    """``a`` enters Processing with its private in-queue and its unread log entries as one
+    batch (:meth:`LiveRuntime.take <megaactors.runtime.live.LiveRuntime.take>`)."""
     if self.trace is None and a.phase is not PROCESSING:  # Agent.transition, inlined: the legal move
         a.phase = PROCESSING
     else:
@@ -74,6 +76,8 @@ def take(self: AsyncioRuntime, a: Agent, woken: bool) -> Batch:
 
 
 def respond(self: AsyncioRuntime, a: Agent) -> tuple[bool, Batch | None]:
+    """``a`` enters Response, delivers its out-queue and goes Idle unless a message waits
+    (:meth:`LiveRuntime.respond <megaactors.runtime.live.LiveRuntime.respond>`)."""
     plain = self.trace is None and a.phase is PROCESSING  # Agent.transition, inlined: the legal moves
     if plain:
         a.phase = RESPONSE
@@ -95,6 +99,7 @@ def respond(self: AsyncioRuntime, a: Agent) -> tuple[bool, Batch | None]:
 
 
 def queued(self: AsyncioRuntime, a: Agent) -> int:
+    """How many messages wait for ``a``: its private in-queue and its logs."""
     return len(a.inbox) if self.mailboxes is None else self.mailboxes.queued(a.id)
 
 
