@@ -174,10 +174,12 @@ def test_a_broadcast_costs_the_bytes_of_its_envelopes_across_id_size_boundaries(
 def test_a_group_broadcast_is_stamped_as_the_same_send_in_another_order(make: Any) -> None:
     """A broadcast to a sender's group (decided and sized in one pass when the sender is
     in that group alone) costs the bytes of its envelopes, as the same recipients in
-    another order do through the general route check; also once the group has grown."""
+    another order do through the general route check; also once the group has grown. The
+    postman names that group and the sender's place in it (only for such a broadcast)."""
     org = make()
     ledger = Ledger(org.n)
     postman = Postman(org, ledger, next_message_id=100)  # the ids cross 128 and 256 on the way
+    grouped = 0
     for grow in (False, True):
         if grow:
             org.recruit(org.groups[1][0] if org.kind == "two-tier" else org.n - 1)  # a leaf of the hierarchy
@@ -186,11 +188,19 @@ def test_a_group_broadcast_is_stamped_as_the_same_send_in_another_order(make: An
             peers = org.group_peers(a)
             if len(peers) < 2:
                 continue
+            one_group = org.admin_group[a] in (-1, org.member_group[a])
             for recipients, broadcast in ((peers, True), (peers[::-1], False)):
                 before = ledger.bytes
                 packets = postman.stamp(a, Send(list(recipients), INTRA, "chat", [2, "text"]), 1.0)
                 assert postman.broadcast is broadcast
                 assert ledger.bytes - before == envelope_bytes(packets)
+                if not broadcast or not one_group:
+                    assert postman.group == -1
+                elif postman.group >= 0:  # the group and where its sender stands, for the runtime
+                    assert org.groups[postman.group][postman.position] == a
+                    grouped += 1
+    if org.kind == "two-tier":  # its groups are consecutive ids: most broadcasts take the one-group path
+        assert grouped > org.n // 2
     with pytest.raises(RouteError):  # a whole group, but not the sender's
         postman.stamp(org.groups[0][1], Send(org.group_peers(org.groups[1][1]), INTRA, "chat", 0), 2.0)
 

@@ -42,30 +42,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from itertools import repeat
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
+from megaactors.core.agent import Agent
 from megaactors.core.behaviour import Behaviour, Effects
-from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
+from megaactors.runtime import aio_messages
 from megaactors.runtime.aio_loops import EVENT_LOOPS, new_event_loop
 from megaactors.runtime.aio_shards import Router, check_sharding
 from megaactors.runtime.aio_timers import CoalescedTimers, sleep_future
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import quiet_gc
 from megaactors.runtime.live import STARTS, Acquire, Ask, Cycle, CycleWait, LiveRuntime, Sleep
-from megaactors.runtime.mailboxes import Mailboxes, gather, leads
+from megaactors.runtime.mailboxes import Mailboxes
 from megaactors.runtime.options import RuntimeOptions
 from megaactors.runtime.result import RunResult
 
 __all__ = ["EVENT_LOOPS", "AsyncioRuntime", "Router", "new_event_loop"]
-
-_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # runs an iterator to its end at C speed
-_append = list.append
 
 
 class AsyncioRuntime(LiveRuntime):
@@ -73,6 +68,7 @@ class AsyncioRuntime(LiveRuntime):
 
     name = "asyncio"
     applies_faults = True
+    one_thread = True
 
     def __init__(
         self,
@@ -351,102 +347,12 @@ class AsyncioRuntime(LiveRuntime):
 
     # ------------------------------------------------------------------ messages
 
-    def take(self, a: Agent, woken: bool) -> Batch:
-        if self.trace is None and a.phase is not PROCESSING:  # Agent.transition, inlined: the legal move
-            a.phase = PROCESSING
-        else:
-            self.move(a, PROCESSING)
-        count, copy_bytes, parts = self.mailboxes.take_later(a.id)  # type: ignore[union-attr]
-        if len(parts) == 1 and type(parts[0]) is list:  # its private in-queue alone
-            batch = Batch(a.id, parts[0])
-        else:  # packets listed if asked for; leads read from a log's column (see Batch.deferred)
-            batch = Batch.deferred(a.id, count, gather, parts, leads)
-        nbytes = self.postman.account_batch(a.id, count, copy_bytes)
-        if self.trace is None:  # LiveRuntime.account_batch, inlined
-            a.batch_tokens = -(-nbytes // self.core.bytes_per_token)
-        else:
-            self.account_batch(a, batch, nbytes)
-        return batch
-
-    def respond(self, a: Agent) -> tuple[bool, Batch | None]:
-        plain = self.trace is None and a.phase is PROCESSING  # Agent.transition, inlined: the legal moves
-        if plain:
-            a.phase = RESPONSE
-        else:
-            self.move(a, RESPONSE)
-        if a.outbox:
-            self.deliver(a)
-        aid = a.id
-        if a.inbox:
-            return False, None
-        for log in self.mailboxes.reads[aid]:  # type: ignore[union-attr]  # Mailboxes.pending, inlined
-            if log.cursors[aid] < log.end:
-                return False, None
-        if plain:
-            a.phase = IDLE
-        else:
-            self.move(a, IDLE)
-        return True, None
-
-    def queued(self, a: Agent) -> int:
-        return len(a.inbox) if self.mailboxes is None else self.mailboxes.queued(a.id)
-
-    def deliver(self, a: Agent) -> None:
-        """Flush the out-queue: a broadcast into its channel log(s), any other send
-        as a packet reference into each recipient's private in-queue; what is for
-        agents of other processes goes through the router."""
-        postman, now, sender, router = self.postman, self.now(), a.id, self.router
-        if self.live_faults is not None:
-            self._deliver_copies(a, now)
-            return
-        mail = self.mailboxes
-        stamp, post, compact, share = postman.stamp, mail.post, mail.compact, mail.share  # type: ignore[union-attr]
-        dirty_logs, reads = mail.dirty, mail.reads  # type: ignore[union-attr]
-        inboxes, dirty = self.inboxes, self._dirty
-        lo, hi = (router.local.start, router.local.stop) if router is not None else (0, 0)
-        for send in a.outbox:
-            if router is not None:
-                postman.next_message_id = router.reserve(len(send.recipients))
-            packets = stamp(sender, send, now)
-            if postman.broadcast and len(packets) == 1:
-                if router is None:  # into the sender's logs (compacted), each looked at for Idle readers
-                    share(packets[0])
-                    dirty_logs.update(reads[sender])
-                    continue
-                compact(packets[0])
-                if not post(packets[0]) and router is not None:  # some members live in other processes
-                    router.forward(packets[0], True)
-                continue
-            for packet in packets:
-                recipients = packet.recipients
-                if router is not None and not (lo <= min(recipients) and max(recipients) < hi):
-                    recipients = router.forward(packet, False)
-                _consume(map(_append, map(inboxes.__getitem__, recipients), repeat(packet)))
-                dirty.update(recipients)
-        a.outbox = []
-        if not self._waking:
-            self.wake_soon()
-
-    def _deliver_copies(self, a: Agent, now: float) -> None:
-        """Flush the out-queue copy by copy through :attr:`live_faults` (into private
-        in-queues: a copy may be dropped or repeated for one recipient of a broadcast;
-        a run with faults has no shards, hence no router)."""
-        stamp, sender, inboxes, dirty = self.postman.stamp, a.id, self.inboxes, self._dirty
-        packets = [packet for send in a.outbox for packet in stamp(sender, send, now)]
-        for packet, r in self.live_faults.copies(packets, now):  # type: ignore[union-attr]
-            inboxes[r].append(packet)
-            dirty.add(r)
-        a.outbox = []
-        self.wake_soon()
-
-    def receive(self, packet: Packet, recipients: Sequence[int] | None) -> None:
-        """A packet from another process: for local ``recipients``' private in-queues,
-        or (``None``) a broadcast for this process's channel logs."""
-        if recipients is None:
-            self.mailboxes.post(packet)  # type: ignore[union-attr]
-        else:
-            _consume(map(_append, map(self.inboxes.__getitem__, recipients), repeat(packet)))
-            self._dirty.update(recipients)
+    # taking a batch, responding and delivering: see megaactors.runtime.aio_messages
+    take = aio_messages.take
+    respond = aio_messages.respond
+    queued = aio_messages.queued
+    deliver = aio_messages.deliver
+    receive = aio_messages.receive
 
     def wake_soon(self) -> None:
         """Wake the Idle agents among those that received messages, at the end of
@@ -483,15 +389,23 @@ class AsyncioRuntime(LiveRuntime):
                 woken.append(r)
         self._active += len(woken)
         agents, activation = self.agents, self.plain_cycle if self.plain else self.activation
+        parked = 0
         for r in woken:
             a = agents[r]
             try:
                 cycle = activation(a)
                 wait = next(cycle, None)
-                self._settle(a, cycle, None if wait is None else self._advance(a, cycle, wait))
+                if wait is not None:
+                    self._settle(a, cycle, self._advance(a, cycle, wait))
+                    continue
             except BaseException as exc:
                 self.fail(exc)
                 return
-        self._active -= 1  # this pass
+            aid = a.id  # over without a wait: Idle again (_park, inlined; this pass keeps the run active)
+            idle[aid] = True
+            for log in reads[aid]:
+                log.idle.add(aid)
+            parked += 1
+        self._active -= parked + 1  # the activations parked here, and this pass
         if not self._active:
             self._quiescent()

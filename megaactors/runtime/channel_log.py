@@ -259,7 +259,13 @@ def leads(parts: list[list[Packet] | LogSlice]) -> list[object] | None:
     listed anyway)."""
     if len(parts) == 1:
         part = parts[0]
-        return None if type(part) is list else _slice_leads(cast(LogSlice, part))
+        if type(part) is list:
+            return None
+        _, start, stop, skip, column = cast(LogSlice, part)  # _slice_leads, inlined: one log's slice
+        taken = column[start:stop]
+        for i in reversed(skip):
+            del taken[i]
+        return taken
     cols: list[tuple[list[int], list[object]]] = []
     for part in parts:
         if type(part) is list:

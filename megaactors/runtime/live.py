@@ -40,20 +40,22 @@ import inspect
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Generator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from time import monotonic
 from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, Agent, Phase
-from megaactors.core.behaviour import AgentContext, Behaviour, Effects, LLMRequest, ToolCall, new_context
+from megaactors.core.behaviour import AgentContext, Behaviour, Effects, LLMRequest, new_context
+from megaactors.core.ledger import Ledger
 from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
+from megaactors.runtime import live_calls
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
-from megaactors.runtime.interpreter import Interpreter
+from megaactors.runtime.interpreter import Interpreter, Wait
 from megaactors.runtime.live_faults import live_faults_for
-from megaactors.runtime.live_provider import attempts
 from megaactors.runtime.live_waits import STARTS, Aborted, Acquire, Ask, Cycle, CycleWait, Sleep
 from megaactors.runtime.net_delivery import NetworkState, report
 from megaactors.runtime.options import DEFAULT_TIME_SCALE, RuntimeOptions
@@ -72,6 +74,15 @@ __all__ = [
     "is_async_llm",
 ]
 
+_new = object.__new__
+
+_PlainParts = tuple[Interpreter, AbstractContextManager[Any], Ledger, Behaviour, Organisation, dict[int, list[int]],
+                    Any, Callable[[Agent, Effects], Wait], Callable[[], float], bool, bool]  # fmt: skip
+"""What :meth:`LiveRuntime.plain_cycle` reads at every activation: the interpreter, the shared
+lock, the ledger, the behaviour, the organisation, the recruits by recruiter, the LLM's
+``complete``, the interpreter's ``apply``, ``now``, :attr:`~LiveRuntime.wall_clock` and
+:attr:`~LiveRuntime.one_thread`."""
+
 
 def is_async_llm(llm: Any) -> bool:
     """True if ``llm`` answers with ``await llm.acomplete(...)`` (a real endpoint)
@@ -85,6 +96,10 @@ class LiveRuntime(ABC):
     name = "live"
     applies_faults = False
     """Whether its delivery passes packets through :attr:`live_faults` (else faults are refused)."""
+    one_thread = False
+    """Whether every agent runs on one thread (an event loop): :meth:`plain_cycle` then
+    counts an LLM call without taking :attr:`shared` (entering a lock costs about as
+    much as the counting itself)."""
 
     def __init__(
         self,
@@ -128,14 +143,16 @@ class LiveRuntime(ABC):
         and cheaper to enter than a no-op context manager written in Python)."""
         self.started = False
         self.plain = False
-        self.start_barrier = self.idle_hook = True
+        self.start_barrier = self.idle_hook = self.wall_clock = True
         """Whether :meth:`all_started` and :meth:`went_idle` do anything here (decided
-        by :meth:`start_effects`: whether the runtime overrides them)."""
+        by :meth:`start_effects`: whether the runtime overrides them; :attr:`wall_clock`:
+        whether :meth:`now` is this class's own, read inline in :meth:`plain_cycle`)."""
         """Whether no rare feature is set (no serial token, LLM slots, provider model,
         observer of paid calls, or LLM that answers by itself): an agent woken from
         Idle then runs :meth:`plain_cycle` (decided once, by :meth:`start_effects`)."""
         self.error: BaseException | None = None
         """The first exception raised inside an agent; it ends the run."""
+        self._plain_parts: _PlainParts | None = None  # what plain_cycle reads (made by its first call)
         self._t0 = 0.0
         self._end = 0.0
         self.wall_s = 0.0
@@ -162,6 +179,8 @@ class LiveRuntime(ABC):
         core, cls = self.core, type(self)
         self.start_barrier = cls.all_started is not LiveRuntime.all_started
         self.idle_hook = cls.went_idle is not LiveRuntime.went_idle
+        self.wall_clock = cls.now is LiveRuntime.now
+        self._plain_parts = None
         self.plain = (
             self.token is None
             and self.llm_slots is None
@@ -321,8 +340,14 @@ class LiveRuntime(ABC):
         each LLM call drawn from the simulated model (the interpreter's
         ``batch_effects``, ``draw_llm``, ``llm_started``, ``record_llm`` and
         ``reply_effects``, inlined: this runs once per activation)."""
-        core, shared, ledger, behaviour = self.core, self.shared, self.ledger, self.behaviour
-        org, recruited, complete, apply, now = self.org, core.recruited, self.llm.complete, core.apply, self.now
+        parts = self._plain_parts
+        if parts is None:  # made once: the bound methods and records every activation reads
+            core = self.core
+            parts = self._plain_parts = (
+                core, self.shared, self.ledger, self.behaviour, self.org, core.recruited, self.llm.complete,
+                core.apply, self.now, self.wall_clock, self.one_thread,
+            )  # fmt: skip
+        core, shared, ledger, behaviour, org, recruited, complete, apply, now, wall, one_thread = parts
         if eff is None and self.start_barrier and not self.all_started():
             yield STARTS
         barrier = starting  # its start effects: the barrier is looked at before its first batch
@@ -335,7 +360,9 @@ class LiveRuntime(ABC):
                 if batch is None:
                     batch = self.take(a, woken)
                     woken = False
-                ctx = new_context(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+                ctx = _new(AgentContext)  # new_context(...), inlined
+                ctx.agent, ctx.org, ctx.now = a.id, org, (monotonic() - self._t0) / self.time_scale if wall else now()
+                ctx.recruited = recruited.pop(a.id, ()) if recruited else ()  # type: ignore[arg-type,assignment]
                 try:
                     eff = behaviour.on_batch(ctx, a.data, batch)
                 except Exception as exc:
@@ -353,7 +380,7 @@ class LiveRuntime(ABC):
                 new_tokens = a.batch_tokens if wait.new_tokens is None else wait.new_tokens
                 reply = complete(a.id, index, wait, sum(memory), new_tokens)
                 delay = reply.latency_s * self.time_scale
-                with shared:
+                if one_thread:  # the block below, without the lock: no other thread touches the records
                     in_flight = core.in_flight + 1
                     if in_flight > ledger.peak_llm_in_flight:
                         ledger.peak_llm_in_flight = in_flight
@@ -361,6 +388,15 @@ class LiveRuntime(ABC):
                         a.calls = index + 1
                         ledger.record_llm(a.id, reply)
                     core.in_flight = in_flight if delay > 0 else in_flight - 1
+                else:
+                    with shared:
+                        in_flight = core.in_flight + 1
+                        if in_flight > ledger.peak_llm_in_flight:
+                            ledger.peak_llm_in_flight = in_flight
+                        if reply.failed is None:
+                            a.calls = index + 1
+                            ledger.record_llm(a.id, reply)
+                        core.in_flight = in_flight if delay > 0 else in_flight - 1
                 if delay > 0:
                     try:
                         yield Sleep(delay, "llm")
@@ -374,7 +410,9 @@ class LiveRuntime(ABC):
                 memory.append(reply.tokens_out)
                 if len(memory) > core.window:
                     del memory[: len(memory) - core.window]
-                ctx = new_context(a.id, org, now(), recruited.pop(a.id, ()) if recruited else ())  # type: ignore[arg-type]
+                ctx = _new(AgentContext)  # new_context(...), inlined
+                ctx.agent, ctx.org, ctx.now = a.id, org, (monotonic() - self._t0) / self.time_scale if wall else now()
+                ctx.recruited = recruited.pop(a.id, ()) if recruited else ()  # type: ignore[arg-type,assignment]
                 try:
                     eff = behaviour.on_reply(ctx, a.data, reply)
                 except Exception as exc:
@@ -396,80 +434,10 @@ class LiveRuntime(ABC):
                 if not self.all_started():
                     yield STARTS
 
-    def llm_call(self, a: Agent, request: LLMRequest) -> Generator[Any, Any, Effects]:
-        """One LLM call: a slot (``max_concurrent_llm``), the call, its latency; then
-        ``on_reply``."""
-        core, slots, shared = self.core, self.llm_slots, self.shared
-        held = False
-        try:
-            if slots is not None:
-                yield Acquire(slots)
-                held = True
-                if self.error is not None:  # the run is failing: stop here
-                    raise Aborted
-            if self.asks_llm:
-                args = core.llm_args(a, request)
-                with shared:
-                    core.llm_started()
-                ask = Ask(args)
-                try:
-                    yield ask
-                except BaseException:
-                    with shared:
-                        core.in_flight -= 1
-                    raise
-                assert ask.reply is not None, "the driver puts the reply in the Ask"
-                reply, new_tokens, counted, remaining_s = ask.reply, args[4], True, 0.0
-            elif core.provider is not None:  # attempts under the provider's limits
-                new_tokens, reply, remaining_s = yield from attempts(
-                    core, shared, self.now, self.time_scale, a, request
-                )
-                counted = True
-            else:  # a pure function of the agent's record: drawn without the lock
-                new_tokens, reply = core.draw_llm(a, request)
-                counted, remaining_s = False, reply.latency_s
-            delay = 0.0 if self.async_llm else remaining_s * self.time_scale
-            with shared:
-                if not counted:
-                    core.llm_started()
-                if reply.failed is None:
-                    core.record_llm(a, reply)
-                if delay <= 0:  # nothing to wait for: the call is over at once
-                    core.in_flight -= 1
-            if delay > 0:
-                try:
-                    yield Sleep(delay, "llm")
-                finally:
-                    with shared:
-                        core.in_flight -= 1
-        finally:
-            if held:
-                self.release(slots, a)  # type: ignore[arg-type]
-        if self.error is not None:
-            raise Aborted
-        return core.reply_effects(a, new_tokens, reply, self.context(a))
-
-    def tool_call(self, a: Agent, call: ToolCall) -> Generator[Any, Any, Effects]:
-        """One tool call: its lock (if named), its duration; then ``on_tool``."""
-        requested = self.now()
-        gate = self.tool_lock(a, call.lock) if call.lock is not None else None
-        held = False
-        try:
-            if gate is not None:
-                yield Acquire(gate)
-                held = True
-                if self.error is not None:  # the run is failing: stop here
-                    raise Aborted
-            started = self.now()
-            yield Sleep(call.duration_s * self.time_scale, "tool")  # a driver does not wait for 0
-        finally:
-            if held:
-                self.release(gate, a)  # type: ignore[arg-type]
-        with self.shared:
-            self.core.account_tool(call, started - requested)
-        if self.error is not None:
-            raise Aborted
-        return self.core.tool_effects(a, call, requested, started, self.context(a))
+    llm_call = live_calls.llm_call
+    """One LLM call: a slot, the call, its latency; then ``on_reply`` (see :mod:`~megaactors.runtime.live_calls`)."""
+    tool_call = live_calls.tool_call
+    """One tool call: its lock, its duration; then ``on_tool`` (see :mod:`~megaactors.runtime.live_calls`)."""
 
     # ------------------------------------------------------------------ result
 

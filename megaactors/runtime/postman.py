@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 
+from megaactors.core.agent_columns import FOLD_AT
 from megaactors.core.behaviour import Send
 from megaactors.core.ledger import Ledger
 from megaactors.core.messages import (
@@ -70,22 +71,6 @@ def _whole_group(members: list[int], i: int, recipients: list[int]) -> bool:
     """Whether ``recipients`` is ``members`` without its ``i``-th (same order),
     compared in slices: the peers' list is not built."""
     return len(recipients) == len(members) - 1 and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]
-
-
-def _group_broadcast(org: Organisation, sender: int, recipients: Sequence[int]) -> int:
-    """The group of ``sender`` if ``recipients`` is that whole group but the sender,
-    the sender a member of that one group only (the commonest broadcast on the
-    intra-group channel); else -1 (then :func:`check_routes` decides)."""
-    if org.graph is not None or type(recipients) is not list or type(sender) is not int or not 0 <= sender < org.n:
-        return -1
-    mg, ag = org.member_group[sender], org.admin_group[sender]
-    if mg < 0 or 0 <= ag != mg:
-        return -1
-    members = org.groups[mg]
-    i = sender - members[0]
-    if 0 <= i < len(members) and members[i] == sender and _whole_group(members, i, recipients):
-        return mg
-    return -1
 
 
 def check_routes(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> bool:
@@ -169,6 +154,11 @@ class Postman:
         self.broadcast = False
         """Whether the last send stamped went to every peer of its sender on its
         channel (:func:`is_broadcast`)."""
+        self.group = -1
+        """The group of the last send stamped if it went to that whole group but its
+        sender, a member of that one group only (the commonest broadcast); else -1."""
+        self.position = 0
+        """Where the sender of that group broadcast stands in its group's member list."""
         self.on_stamp: Callable[[list[Packet], bool], None] | None = None
         """Called with the packets of every send stamped and :attr:`broadcast`
         (a durable run records new packets through it)."""
@@ -238,13 +228,6 @@ class Postman:
             cached = (len(members), sum(map(self.recipient_sizes().__getitem__, members)))
         return cached
 
-    def _group_size(self, group: int) -> int:
-        """Summed id sizes of the members of ``group`` (cached while its size holds)."""
-        cached = self._group_sizes.get(group)
-        if cached is None or cached[0] != len(self.org.groups[group]):
-            cached = self._group_sizes[group] = self._members_size(self.org.groups[group], (-1, 0))
-        return cached[1]
-
     def _broadcast_size(self, sender: int, channel: str, count: int) -> int:
         """Summed id sizes of the ``count`` recipients of a broadcast: the sender's
         group(s) or the admins, less the sender itself, from per-group sums."""
@@ -265,10 +248,22 @@ class Postman:
     def stamp(self, sender: int, send: Send, now: float) -> list[Packet]:
         """The packets of one send, routed and accounted: usually one; more when the
         message ids cross a size boundary (every copy of a packet has the same size
-        but for its recipient)."""
-        recipients, channel = send.recipients, send.channel
-        group = _group_broadcast(self.org, sender, recipients) if channel == INTRA else -1
-        broadcast = self.broadcast = group >= 0 or check_routes(self.org, sender, recipients, channel)
+        but for its recipient). Sets :attr:`broadcast`, and :attr:`group` and
+        :attr:`position` for a broadcast to the sender's one group."""
+        recipients, channel, org = send.recipients, send.channel, self.org
+        group = -1
+        # _group_broadcast, inlined: the commonest send of a chat (the sender's whole group)
+        one = channel == INTRA and org.graph is None and type(recipients) is list and type(sender) is int
+        if one and 0 <= sender < len(org.member_group):  # an agent (org.n, without the property's call)
+            mg, ag = org.member_group[sender], org.admin_group[sender]
+            if mg >= 0 and not 0 <= ag != mg:
+                members = org.groups[mg]
+                i = sender - members[0]
+                whole = 0 <= i < len(members) and members[i] == sender and len(recipients) == len(members) - 1
+                if whole and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]:  # _whole_group
+                    group, self.position = mg, i
+        self.group = group
+        broadcast = self.broadcast = group >= 0 or check_routes(org, sender, recipients, channel)
         if self._link is not None:
             self._use_machine(sender)
         first = self._next_id
@@ -287,8 +282,11 @@ class Postman:
             id_bytes = int_size_total(first, mid)
             self.next_message_id = mid
         # every envelope is the packet plus its id and its recipient
-        if group >= 0:  # its group's summed id sizes, less the sender's
-            recipient_bytes = self._group_size(group) - self._sizes[sender]
+        if group >= 0:  # its group's summed id sizes (_group_size, inlined), less the sender's
+            cached = self._group_sizes.get(group)
+            if cached is None or cached[0] != count + 1:
+                cached = self._group_sizes[group] = self._members_size(org.groups[group], (-1, 0))
+            recipient_bytes = cached[1] - self._sizes[sender]
         elif broadcast:
             recipient_bytes = self._broadcast_size(sender, channel, count)
         elif count == 1:
@@ -301,7 +299,12 @@ class Postman:
         ledger.bytes += nbytes
         ledger.messages_by_channel[channel] += count
         ledger.bytes_by_channel[channel] += nbytes
-        self._columns.note(self._sends, sender, count, nbytes)
+        agents, counts, totals = self._sends  # AgentColumns.note, inlined
+        agents.append(sender)
+        counts.append(count)
+        totals.append(nbytes)
+        if len(agents) >= FOLD_AT:
+            self._columns.fold()
         if self.on_stamp is not None:
             self.on_stamp(packets, self.broadcast)
         return packets
@@ -337,7 +340,12 @@ class Postman:
         ``copy_bytes`` sum to ``copy_bytes``; return its size in bytes."""
         sizes = self._sizes
         nbytes = copy_bytes + count * (sizes[recipient] if recipient < len(sizes) else int_size(recipient))
-        self._columns.note(self._batches, recipient, count, nbytes)
+        agents, counts, totals = self._batches  # AgentColumns.note, inlined
+        agents.append(recipient)
+        counts.append(count)
+        totals.append(nbytes)
+        if len(agents) >= FOLD_AT:
+            self._columns.fold()
         if count > self.ledger.peak_queue_depth:
             self.ledger.peak_queue_depth = count
         return nbytes
