@@ -57,7 +57,7 @@ __all__ = ["encode_agent_rows", "load_agent_rows"]
 _PHASE, _DATA, _BATCH_TOKENS, _PENDING, _OUTBOX, _MEMORY = map(
     attrgetter, ("phase", "data", "batch_tokens", "pending", "outbox", "memory")
 )
-_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
+_THIRD = itemgetter(2)
 _TOKENS_OUT, _STAGE = attrgetter("tokens_out"), attrgetter("stage")
 _CALLS = attrgetter("calls")
 _LATENCY = attrgetter("latency_s")
@@ -81,13 +81,13 @@ def encode_agent_rows(
     """The records of agents ``ids`` by column (memory ``kinds`` None: all in full;
     ``heads``: their in-queue heads, stored when given).
 
-    Each column is read in one pass of ``map`` with an ``attrgetter`` (or an
-    ``itemgetter``) of one attribute: no Python call per record, and no tuple per
-    record to split again (a five-attribute getter split by ``zip`` takes a quarter
-    more). Numbers are packed by :func:`int64s`."""
-    chosen = list(map(state.agents.__getitem__, ids))
+    Each column of the records is read in one pass of ``map`` with an ``attrgetter``
+    of one attribute: no Python call per record, and no tuple per record to split
+    again (a five-attribute getter split by ``zip`` takes a quarter more). The
+    tuples of calls in flight and of their events are split by ``zip`` (they exist
+    already). Numbers are packed by :func:`int64s`."""
+    chosen = _pick(state.agents, ids)
     pending = list(map(_PENDING, chosen))
-    outbox = list(map(_OUTBOX, chosen))
     memory: list[Any]
     if memory_kinds is None:
         memory = [None, list(map(_MEMORY, chosen))]
@@ -102,11 +102,11 @@ def encode_agent_rows(
     else:
         at = list(compress(range(len(ids)), map(is_, types, repeat(tuple))))
         flying = list(map(pending.__getitem__, at))
-    replies = list(map(_SECOND, flying))
-    events = list(map(_THIRD, flying))  # each call in flight holds its event
     other: dict[int, Any] = {}
     if flown + types.count(type(None)) != len(pending):
         other = _other_pending(state, ids, pending)
+    new_tokens, replies, events = zip(*flying, strict=True) if flying else ((), (), ())
+    times, seqs, _ = zip(*events, strict=True) if events else ((), (), ())
     provider: dict[str, Any] = {}
     if state.limits is not None:
         provider["calls"] = int64s(list(map(_CALLS, chosen)))
@@ -120,16 +120,30 @@ def encode_agent_rows(
         "batch_tokens": int64s(list(map(_BATCH_TOKENS, chosen))),
         "llm": [
             int64s(at),
-            list(map(_FIRST, flying)),
+            list(new_tokens),
             int64s(list(map(_TOKENS_OUT, replies))),
             uniform(list(map(_STAGE, replies))),
-            float64s(list(map(_FIRST, events))),
-            int64s(list(map(_SECOND, events))),
+            float64s(times),
+            int64s(seqs),
         ],
         "other": other,
-        "outboxes": {i: [encode_send(s) for s in o] for i, o in enumerate(outbox) if o} if any(outbox) else {},
+        "outboxes": _outboxes(chosen),
         **provider,
     }
+
+
+def _pick(agents: list[Any], ids: list[int]) -> Sequence[Any]:
+    """``[agents[i] for i in ids]`` in one C call."""
+    if len(ids) > 1:
+        return itemgetter(*ids)(agents)  # type: ignore[no-any-return]
+    return [agents[i] for i in ids]
+
+
+def _outboxes(chosen: Sequence[Any]) -> dict[int, Any]:
+    """The out-queues that hold sends, by position (rarely any between super-steps)."""
+    if not any(map(_OUTBOX, chosen)):
+        return {}
+    return {i: [encode_send(s) for s in o] for i, o in enumerate(map(_OUTBOX, chosen)) if o}
 
 
 def _other_pending(state: SimState, ids: list[int], pending: Sequence[Any]) -> dict[int, Any]:

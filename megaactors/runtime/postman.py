@@ -10,7 +10,7 @@ business. The postman is not thread-safe: a threaded runtime calls it under a lo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from operator import attrgetter
 
 from megaactors.core.behaviour import Send
@@ -169,9 +169,9 @@ class Postman:
         self.broadcast = False
         """Whether the last send stamped went to every peer of its sender on its
         channel (:func:`is_broadcast`)."""
-        self.on_stamp: Callable[[list[Packet], bool], None] | None = None
-        """Called with the packets of every send stamped and :attr:`broadcast`
-        (a durable run records new packets through it)."""
+        self.stamped: list[list[Packet] | bool] | None = None
+        """When set, every send stamped appends its packets and then :attr:`broadcast`
+        here (a durable run finds the packets sent since its last checkpoint in it)."""
         self._sizes = b""
         self._group_sizes: dict[int, tuple[int, int]] = {}
         self._admin_sizes = (0, 0)
@@ -302,8 +302,9 @@ class Postman:
         ledger.messages_by_channel[channel] += count
         ledger.bytes_by_channel[channel] += nbytes
         self._columns.note(self._sends, sender, count, nbytes)
-        if self.on_stamp is not None:
-            self.on_stamp(packets, self.broadcast)
+        stamped = self.stamped
+        if stamped is not None:
+            stamped += packets, broadcast
         return packets
 
     def stamp_human(self, recipient: int, text: str, now: float) -> Packet:
@@ -324,8 +325,9 @@ class Postman:
         ledger.bytes += nbytes
         ledger.messages_by_channel[HUMAN] = ledger.messages_by_channel.get(HUMAN, 0) + 1
         ledger.bytes_by_channel[HUMAN] = ledger.bytes_by_channel.get(HUMAN, 0) + nbytes
-        if self.on_stamp is not None:
-            self.on_stamp([packet], False)
+        stamped = self.stamped
+        if stamped is not None:
+            stamped += [packet], False
         return packet
 
     def take(self, batch: Batch) -> int:
