@@ -12,7 +12,6 @@ import struct
 from array import array
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain, repeat
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -48,8 +47,6 @@ __all__ = [
     "uniform",
 ]
 
-_PACKET_FIELDS = ("first_id", "sender", "channel", "kind", "payload", "parent", "sent_at", "overhead", "recipients")
-_PACKET_GETTERS = tuple(map(attrgetter, _PACKET_FIELDS))
 
 LEDGER_SCALARS = (
     "messages",
@@ -131,11 +128,18 @@ def encode_packets(packets: list[Packet], broadcasts: np.ndarray | None) -> dict
     one, with a count per packet), the rest in lists (channels, kinds and parents
     by :func:`uniform`). A packet flagged in ``broadcasts`` went to every peer of its
     sender on its channel (a boolean array, one flag per packet): its recipients are
-    not stored (count -1). Each column is one pass of ``map`` with a one-attribute
-    getter (cheaper than one getter of all nine split by ``zip``)."""
-    first_id, sender, channel, kind, payload, parent, sent_at, overhead, lists = (
-        list(map(getter, packets)) for getter in _PACKET_GETTERS
-    )
+    not stored (count -1). Each column is one list comprehension (on CPython 3.11
+    its specialised attribute read costs half the instructions of ``map`` with an
+    ``attrgetter``)."""
+    first_id = [p.first_id for p in packets]
+    sender = [p.sender for p in packets]
+    channel = [p.channel for p in packets]
+    kind = [p.kind for p in packets]
+    payload = [p.payload for p in packets]
+    parent = [p.parent for p in packets]
+    sent_at = [p.sent_at for p in packets]
+    overhead = [p.overhead for p in packets]
+    lists = [p.recipients for p in packets]
     if broadcasts is not None and broadcasts.all():  # every one a broadcast: no recipients stored
         count, recipients = b"\xff" * (8 * len(broadcasts)), b""  # -1 per packet
     else:
@@ -151,7 +155,7 @@ def encode_packets(packets: list[Packet], broadcasts: np.ndarray | None) -> dict
         "sender": int64s(sender),
         "channel": uniform(channel),
         "kind": uniform(kind),
-        "payload": list(payload),
+        "payload": payload,
         "parent": uniform(parent),
         "sent_at": float64s(sent_at),
         "overhead": int64s(overhead),
