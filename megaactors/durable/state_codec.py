@@ -22,9 +22,12 @@ from megaactors.core.machine_ledger import MachineLedger
 from megaactors.core.messages import CHANNELS, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.core.trace import Trace
+from megaactors.errors import StateError
 
 __all__ = [
     "LEDGER_SCALARS",
+    "add_cells",
+    "added_cells",
     "append_trace",
     "cells_changed",
     "column_dtype",
@@ -226,6 +229,37 @@ def cells_changed(column: array[Any], shadow: np.ndarray) -> np.ndarray:
 def pick_cells(column: array[Any], at: np.ndarray) -> bytes:
     """The cells of ``column`` at the indices ``at``, packed."""
     return np.frombuffer(column, dtype=column_dtype(column))[at].tobytes()
+
+
+_INTEGER_WIDTHS = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
+"""The signed integer type of each width in bytes (:func:`added_cells`)."""
+
+
+def added_cells(column: array[int], shadow: np.ndarray, at: np.ndarray) -> bytes:
+    """What the cells of the integer ``column`` at the indices ``at`` gained since
+    ``shadow`` (cells beyond it count from 0), packed in the narrowest signed integer
+    type that holds every gain (:func:`add_cells` tells it by the length)."""
+    gained: np.ndarray = np.frombuffer(column, dtype=np.int64)[at]  # a copy (indexed by an array)
+    known = at < len(shadow)
+    gained[known] -= shadow[at[known]]
+    if not len(gained):
+        return b""
+    low, high = int(gained.min()), int(gained.max())
+    width = next(w for w in (1, 2, 4, 8) if -(1 << (8 * w - 1)) <= low and high < 1 << (8 * w - 1))
+    return gained.astype(_INTEGER_WIDTHS[width]).tobytes()
+
+
+def add_cells(column: array[int], at: bytes, gains: bytes) -> None:
+    """Add packed ``gains`` of :func:`added_cells` to the integer ``column`` at the
+    packed int64 indices ``at``, in place."""
+    target: np.ndarray = np.frombuffer(column, dtype=np.int64)
+    where = np.frombuffer(at, dtype=np.int64)
+    if len(where):
+        width = len(gains) // len(where)
+        if width not in _INTEGER_WIDTHS or width * len(where) != len(gains):
+            raise StateError(f"a delta holds {len(gains)} bytes of ledger gains for {len(where)} agents")
+        target[where] += np.frombuffer(gains, dtype=_INTEGER_WIDTHS[width])
+    del target  # release the buffer: the column may grow later
 
 
 def set_cells(column: array[Any] | bytearray, at: bytes, values: bytes) -> None:
