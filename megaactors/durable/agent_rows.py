@@ -128,7 +128,7 @@ def encode_agent_rows(
 def _pick(agents: list[Any], ids: list[int]) -> Sequence[Any]:
     """``[agents[i] for i in ids]`` in one C call."""
     if len(ids) > 1:
-        return itemgetter(*ids)(agents)  # type: ignore[no-any-return]
+        return itemgetter(*ids)(agents)
     return [agents[i] for i in ids]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -73,7 +73,7 @@ class ChangeTracker:
         organisation's groups changed since it was sent (``members_changed``: agents
         were recruited)."""
         sends = self.sends
-        groups, flags = sends[::2], sends[1::2]
+        groups, flags = cast("list[list[Packet]]", sends[::2]), cast("list[bool]", sends[1::2])
         sends.clear()
         packets = list(chain.from_iterable(groups))
         if members_changed or True not in flags:
