@@ -7,7 +7,7 @@ so that between two super-steps it can describe the run's
 :class:`~megaactors.runtime.sim_state.SimState` either whole
 (:meth:`DurableSim.full`) or as what changed since the last description
 (:meth:`DurableSim.delta`): the records of the agents that ran, the packets sent,
-in-queue heads that moved, ledger cells that changed and new trace rows. A delta's
+ledger cells that changed (counts as what they gained) and new trace rows. A delta's
 size therefore follows the activity of its super-steps, never the length of the
 run. :meth:`DurableSim.genesis` stands for the state right after the start, which
 is recomputed rather than stored. :meth:`DurableSim.restore_chain` rebuilds a run
