@@ -15,8 +15,10 @@ the two is the checkpoints' overhead in instructions), ``net`` (1 round on the
 simulation placed on 2 machines, 0.01 s within a group, 0.02 s between admins, 0.05 s
 between machines, 0.002 s jitter, as in ``sim_shards.py``: every copy is an event).
 Group size G = round((2N)^(1/3)). The imports-only run of ``durable`` also imports
-what a checkpointed run imports on first use (OpenTelemetry's API, for its tracer:
-about 55 million instructions, once per process).
+what a checkpointed run imports on first use, once per process: OpenTelemetry's API,
+for its tracer (about 55 million instructions), and the SQL store modules that
+``open_store`` loads (about 50 million where bytecode is not cached, e.g. under
+``PYTHONDONTWRITEBYTECODE=1``, when they are compiled from source each time).
 
     python benchmarks/instruction_counts.py --trees /tmp/old,. --workload sim --agents 2000
 
@@ -46,8 +48,8 @@ def workload(kind: str, n: int) -> int:
     from megaactors.runtime import AsyncioRuntime, PykkaRuntime
 
     if not n:
-        if kind == "durable":  # imported by a checkpointed run's first call (its tracer), once per process
-            from megaactors.durable import spans
+        if kind == "durable":  # imported by a checkpointed run's first calls (its tracer, its store), once per process
+            from megaactors.durable import postgres, spans, sqlite  # noqa: F401 (open_store loads both)
 
             spans.tracer()
         return 0

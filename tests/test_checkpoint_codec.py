@@ -16,7 +16,8 @@ from megaactors.core.messages import ADMIN, INTRA, Packet
 from megaactors.durable.agent_rows import encode_agent_rows
 from megaactors.durable.blob import pack_state
 from megaactors.durable.checkpointing import _simulation
-from megaactors.durable.state_codec import decode_packets, encode_packets, float64s, int64s
+from megaactors.durable.state_codec import add_cells, added_cells, decode_packets, encode_packets, float64s, int64s
+from megaactors.errors import StateError
 from megaactors.runtime.events import superstep_end
 
 
@@ -101,6 +102,8 @@ def test_agent_records_of_none_and_of_some() -> None:
     state = rt.snapshot()
     empty = encode_agent_rows(state, [], np.zeros(0, dtype=np.uint8))
     assert empty["ids"] == b"" and empty["data"] == [] and empty["llm"][0] == b""
+    one = encode_agent_rows(state, [5], None)
+    assert one["data"] == [state.agents[5].data] and one["memory"] == [None, [state.agents[5].memory]]
     ids = [0, 5, 17]
     rows = encode_agent_rows(state, ids, None)
     assert rows["data"] == [state.agents[i].data for i in ids]
@@ -108,3 +111,35 @@ def test_agent_records_of_none_and_of_some() -> None:
     flying = [k for k, i in enumerate(ids) if type(state.agents[i].pending) is tuple]
     assert np.frombuffer(rows["llm"][0], dtype=np.int64).tolist() == flying
     assert rows["llm"][1] == [state.agents[ids[k]].pending[0] for k in flying]
+
+
+@pytest.mark.parametrize(
+    ("gains", "width"),
+    [([0, 1, -128, 127], 1), ([300, -2], 2), ([70_000, 0, -5], 4), ([2**40, -(2**40)], 8), ([], 0)],
+)
+def test_ledger_gains_come_back_exactly_in_the_narrowest_width(gains: list[int], width: int) -> None:
+    before = array("q", [5, 7, 9, 11, 13])
+    after = array("q", before)
+    for i, g in enumerate(gains):
+        after[i] += g
+    at = np.arange(len(gains), dtype=np.int64)
+    packed = added_cells(after, np.frombuffer(before, dtype=np.int64).copy(), at)
+    assert len(packed) == width * len(gains)
+    restored = array("q", before)
+    add_cells(restored, at.tobytes(), packed)
+    assert restored == after
+
+
+def test_ledger_gains_of_agents_beyond_the_shadow_count_from_zero() -> None:
+    column = array("q", [1, 2, 3, 400, 5])  # agents 3 and 4 recruited since the shadow
+    at = np.array([1, 3, 4], dtype=np.int64)
+    packed = added_cells(column, np.array([1, 0, 3], dtype=np.int64), at)
+    assert np.frombuffer(packed, dtype=np.int16).tolist() == [2, 400, 5]
+    grown = array("q", [1, 0, 3, 0, 0])
+    add_cells(grown, at.tobytes(), packed)
+    assert grown == column
+
+
+def test_ledger_gains_of_the_wrong_length_are_refused() -> None:
+    with pytest.raises(StateError, match="3 bytes of ledger gains for 2 agents"):
+        add_cells(array("q", [0, 0]), np.arange(2, dtype=np.int64).tobytes(), b"abc")

@@ -1,5 +1,6 @@
-"""Checkpoints of state format 2 (deltas with in-queue heads) still restore, alone
-and followed by deltas of format 3 (no heads: a restore counts them).
+"""Checkpoints of state format 2 (deltas with in-queue heads) and 3 (deltas with
+the values of ledger cells) still restore, alone and followed by deltas of the
+format written now (no heads: a restore counts them; ledger counts as gains).
 
 ``data/format2_chain.msgpack`` holds the sealed checkpoints (headers of format 2)
 that megaactors af3abe8 wrote for :func:`reference`'s run, made with::
@@ -7,6 +8,9 @@ that megaactors af3abe8 wrote for :func:`reference`'s run, made with::
     git worktree add --detach /tmp/f2 af3abe8
     cd /tmp && PYTHONPATH=/tmp/f2:$REPO/tests python -c \\
         "import test_state_formats as t; t.write_chain('$REPO/tests/data/format2_chain.msgpack')"
+
+and ``data/format3_chain.msgpack`` those of format 3, written the same way by
+megaactors 79dcb44 (into ``format3_chain.msgpack``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from megaactors.durable.state import DurableSim, StateError
 from megaactors.runtime.events import superstep_end
 
 CHAIN = Path(__file__).parent / "data" / "format2_chain.msgpack"
+CHAIN3 = Path(__file__).parent / "data" / "format3_chain.msgpack"
 ARGS = ((25, 3), 3, 2, False, None)
 """A hierarchy of 25 agents (fanout 3), Busy over 3 rounds, seed 2, no serial token,
 no cap: recruits, tool calls behind a lock, notes on tree edges and broadcasts."""
@@ -61,11 +66,20 @@ def _base(chain: list[dict[str, Any]], k: int) -> int:
     return max(j for j in range(k + 1) if chain[j]["kind"] in ("full", "start"))
 
 
+def _chain(path: Path, version: int) -> list[dict[str, Any]]:
+    blobs = msgpack.unpackb(path.read_bytes())
+    assert all(b[4:6] == version.to_bytes(2, "big") for b in blobs)  # written in that format
+    return [decode_state(b, where=f"step {i}") for i, b in enumerate(blobs)]
+
+
 @pytest.fixture(scope="module")
 def old_chain() -> list[dict[str, Any]]:
-    blobs = msgpack.unpackb(CHAIN.read_bytes())
-    assert all(b[4:6] == (2).to_bytes(2, "big") for b in blobs)  # written in format 2
-    return [decode_state(b, where=f"step {i}") for i, b in enumerate(blobs)]
+    return _chain(CHAIN, 2)
+
+
+@pytest.fixture(scope="module")
+def format3_chain() -> list[dict[str, Any]]:
+    return _chain(CHAIN3, 3)
 
 
 def _restored(chain: list[dict[str, Any]], k: int) -> DurableSim:
@@ -86,19 +100,35 @@ def test_format2_checkpoints_restore_every_step_exactly(old_chain: list[dict[str
         assert _outcome(rt) == expected, f"restored at step {k}"
 
 
-@pytest.mark.parametrize("resumed_at", [1, 2, 6])
-def test_a_format2_run_resumed_goes_on_in_format3(old_chain: list[dict[str, Any]], resumed_at: int) -> None:
-    """Resumed at a delta of format 2, a run writes deltas without heads after it: a
-    chain of both kinds restores every later step exactly."""
+def test_format3_checkpoints_restore_every_step_exactly(format3_chain: list[dict[str, Any]]) -> None:
     heads, expected = reference()
-    chain = old_chain[: resumed_at + 1]
+    deltas = [d for d in format3_chain if d["kind"] == "delta"]
+    assert len(format3_chain) == len(heads) and deltas
+    assert not any("heads" in d or "ledger_added" in d for d in deltas)  # the values of ledger cells
+    for k in range(len(format3_chain)):
+        rt = _restored(format3_chain, k)
+        assert _heads(rt) == heads[k], f"in-queues restored at step {k}"
+        rt.run()
+        assert _outcome(rt) == expected, f"restored at step {k}"
+
+
+@pytest.mark.parametrize(("version", "resumed_at"), [(2, 1), (2, 2), (2, 6), (3, 1), (3, 2), (3, 6)])
+def test_an_older_run_resumed_goes_on_in_the_current_format(
+    old_chain: list[dict[str, Any]], format3_chain: list[dict[str, Any]], version: int, resumed_at: int
+) -> None:
+    """Resumed at a delta of format 2 or 3, a run writes deltas of the current format
+    after it (no heads, ledger counts as gains): a chain of both kinds restores every
+    later step exactly."""
+    heads, expected = reference()
+    chain = (old_chain if version == 2 else format3_chain)[: resumed_at + 1]
     assert chain[-1]["kind"] == "delta"
     rt = _restored(chain, resumed_at)
     while not rt.finished:
         rt.advance(superstep_end(rt.next_event_time, WINDOW))
         chain.append(_wire(rt.delta()))
     assert _outcome(rt) == expected
-    assert not any("heads" in d for d in chain[resumed_at + 1 :]) and blob.STATE_FORMAT == 3
+    assert blob.STATE_FORMAT == 4
+    assert all("heads" not in d and "ledger_added" in d for d in chain[resumed_at + 1 :])
     for k in range(resumed_at + 1, len(chain)):
         again = _restored(chain, k)
         assert _heads(again) == heads[k], f"in-queues restored at step {k}"
@@ -118,6 +148,6 @@ def test_counts_that_contradict_the_packets_are_refused() -> None:
     last = chain[-1]
     ids = np.frombuffer(last["agents"]["ids"], dtype=np.int64)
     assert len(ids)
-    last["ledger_rows"]["received"] = np.full(len(ids), 10**6, dtype=np.int64).tobytes()
+    last["ledger_added"]["received"] = np.full(len(ids), 10**6, dtype=np.int64).tobytes()
     with pytest.raises(StateError, match=rf"agent {ids[0]}: -\d+ message\(s\) queued by the counts"):
         _runtime(DurableSim, *ARGS).restore_chain(chain)

@@ -4,9 +4,12 @@ A checkpoint's state is msgpack packed and zstd compressed behind a header (magi
 state format, codec); a blob of a format this code does not read or with a bad magic
 is refused with a one-line :class:`~megaactors.errors.StoreError`, never guessed at.
 
-State format 3 (written since) differs from format 2 (still read) in deltas only: a
-delta of format 3 stores no in-queue heads, which a restore derives from the packets
-and the ledger (:mod:`megaactors.durable.queue_heads`).
+The state formats read differ in deltas only. Format 2 stores the in-queue heads of
+the agents that changed; format 3 stores none (a restore derives them from the
+packets and the ledger: :mod:`megaactors.durable.queue_heads`); format 4 (written
+since) also stores the integer ledger cells of those agents as what each gained
+since the previous checkpoint, in the narrowest integer type that holds them
+(``ledger_added``: one or two bytes a cell instead of eight), not their values.
 """
 
 from __future__ import annotations
@@ -40,10 +43,11 @@ runs never write (:mod:`megaactors.durable.net_rows`), so every checkpoint writt
 before them reads as it did; a megaactors that predates them refuses such runs'
 parameters instead of resuming them without their network or limits."""
 
-STATE_FORMAT = 3
+STATE_FORMAT = 4
 """Format of the state encoding every checkpoint written now carries in its header."""
-STATE_FORMATS_READ = (2, 3)
-"""State formats this code reads: 2 (deltas with in-queue heads) and 3."""
+STATE_FORMATS_READ = (2, 3, 4)
+"""State formats this code reads: 2 (deltas with in-queue heads), 3 (deltas with the
+values of ledger cells) and 4."""
 
 _MAGIC = b"MACK"
 _HEADER = struct.Struct(">4sHB")  # magic, format version, codec
@@ -103,7 +107,7 @@ def check_header(blob: bytes, where: str = "checkpoint") -> None:
     if version not in STATE_FORMATS_READ:
         raise FormatVersionError(
             f"{where}: written in checkpoint format version {version}; "
-            f"this megaactors reads versions {' and '.join(map(str, STATE_FORMATS_READ))}"
+            f"this megaactors reads versions {', '.join(map(str, STATE_FORMATS_READ))}"
         )
     if codec != _ZSTD:
         raise CorruptStoreError(f"{where}: unknown compression codec {codec}")

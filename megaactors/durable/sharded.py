@@ -47,12 +47,12 @@ def check_sharding(shards: Any, backend: Any, address: Any, unshared: dict[str, 
     """Refuse (:class:`ParameterError`, one line) durable options whose sharding
     does not hold together; ``unshared`` names options a sharded run cannot take
     and whether they are set."""
-    from megaactors.runtime.sim_shards import BACKENDS
-
     if shards is None:
         if backend != "inprocess" or address is not None:
             raise ParameterError("a shard backend or address goes with a number of shards")
         return
+    from megaactors.runtime.sim_shards import BACKENDS  # not loaded by an unsharded run
+
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise ParameterError(f"shards must be an integer >= 1, got {shards!r}")
     if backend not in BACKENDS:

@@ -7,7 +7,7 @@ so that between two super-steps it can describe the run's
 :class:`~megaactors.runtime.sim_state.SimState` either whole
 (:meth:`DurableSim.full`) or as what changed since the last description
 (:meth:`DurableSim.delta`): the records of the agents that ran, the packets sent,
-in-queue heads that moved, ledger cells that changed and new trace rows. A delta's
+ledger cells that changed (counts as what they gained) and new trace rows. A delta's
 size therefore follows the activity of its super-steps, never the length of the
 run. :meth:`DurableSim.genesis` stands for the state right after the start, which
 is recomputed rather than stored. :meth:`DurableSim.restore_chain` rebuilds a run
@@ -64,6 +64,8 @@ from megaactors.durable.net_rows import (
 )
 from megaactors.durable.queue_heads import QueueCount
 from megaactors.durable.state_codec import (
+    add_cells,
+    added_cells,
     append_trace,
     cells_changed,
     column_dtype,
@@ -94,6 +96,11 @@ _PENDING = attrgetter("pending")
 
 def _ledger_columns(state: SimState) -> dict[str, array[Any]]:
     return {**state.ledger.per_agent, "cost": state.ledger.cost_per_agent}
+
+
+def _counts(column: array[Any]) -> bool:
+    """Whether a per-agent ledger column holds integers (counts), not dollars."""
+    return column.typecode == "q"
 
 
 def _heads(state: SimState) -> array[int]:
@@ -201,14 +208,17 @@ class DurableSim(SimRuntime):
         llm_at_mark[: len(self._llm_at_mark)] = self._llm_at_mark
         llm_at_mark[at] = False
         llm_at_mark[at[np.frombuffer(rows["llm"][0], dtype=np.int64)]] = True
-        out = self._common(state)
+        out, shadow = self._common(state), self._shadow_ledger
         out.update(
             kind="delta",
             n=len(agents),
             agents=rows,
             awake=diff_cells(awake, np.frombuffer(self._shadow_awake, dtype=np.uint8)),
             packets=packets,
-            ledger_rows={c: pick_cells(col, at) for c, col in columns.items()},
+            # counts as what they gained since the last description (a byte or two each),
+            # dollars as they stand (float sums are not exact)
+            ledger_added={c: added_cells(col, shadow[c], at) for c, col in columns.items() if _counts(col)},
+            ledger_rows={c: pick_cells(col, at) for c, col in columns.items() if not _counts(col)},
             trace=encode_trace(state.trace, self._shadow_trace),
             recruits=state.recruiters[self._shadow_recruits :],
             started=sorted(started),
@@ -335,8 +345,12 @@ class DurableSim(SimRuntime):
                 counted = QueueCount(heads, packets, _ledger_columns(state)["received"])
             if d["awake"] is not None:
                 set_cells(state.awake, *d["awake"])
+            gains = d.get("ledger_added", {})  # state format 4
             for c, col in _ledger_columns(state).items():
-                set_cells(col, d["agents"]["ids"], d["ledger_rows"][c])
+                if c in gains:
+                    add_cells(col, d["agents"]["ids"], gains[c])
+                else:
+                    set_cells(col, d["agents"]["ids"], d["ledger_rows"][c])
             load_agent_rows(state, d["agents"], heads, flight, self.llm, self.core.window)
             append_trace(state.trace, d["trace"], fresh=False)
             for aid in d["started"]:

@@ -12,7 +12,6 @@ import struct
 from array import array
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain, repeat
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -23,9 +22,12 @@ from megaactors.core.machine_ledger import MachineLedger
 from megaactors.core.messages import CHANNELS, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.core.trace import Trace
+from megaactors.errors import StateError
 
 __all__ = [
     "LEDGER_SCALARS",
+    "add_cells",
+    "added_cells",
     "append_trace",
     "cells_changed",
     "column_dtype",
@@ -48,8 +50,6 @@ __all__ = [
     "uniform",
 ]
 
-_PACKET_FIELDS = ("first_id", "sender", "channel", "kind", "payload", "parent", "sent_at", "overhead", "recipients")
-_PACKET_GETTERS = tuple(map(attrgetter, _PACKET_FIELDS))
 
 LEDGER_SCALARS = (
     "messages",
@@ -131,11 +131,18 @@ def encode_packets(packets: list[Packet], broadcasts: np.ndarray | None) -> dict
     one, with a count per packet), the rest in lists (channels, kinds and parents
     by :func:`uniform`). A packet flagged in ``broadcasts`` went to every peer of its
     sender on its channel (a boolean array, one flag per packet): its recipients are
-    not stored (count -1). Each column is one pass of ``map`` with a one-attribute
-    getter (cheaper than one getter of all nine split by ``zip``)."""
-    first_id, sender, channel, kind, payload, parent, sent_at, overhead, lists = (
-        list(map(getter, packets)) for getter in _PACKET_GETTERS
-    )
+    not stored (count -1). Each column is one list comprehension (on CPython 3.11
+    its specialised attribute read costs half the instructions of ``map`` with an
+    ``attrgetter``)."""
+    first_id = [p.first_id for p in packets]
+    sender = [p.sender for p in packets]
+    channel = [p.channel for p in packets]
+    kind = [p.kind for p in packets]
+    payload = [p.payload for p in packets]
+    parent = [p.parent for p in packets]
+    sent_at = [p.sent_at for p in packets]
+    overhead = [p.overhead for p in packets]
+    lists = [p.recipients for p in packets]
     if broadcasts is not None and broadcasts.all():  # every one a broadcast: no recipients stored
         count, recipients = b"\xff" * (8 * len(broadcasts)), b""  # -1 per packet
     else:
@@ -151,7 +158,7 @@ def encode_packets(packets: list[Packet], broadcasts: np.ndarray | None) -> dict
         "sender": int64s(sender),
         "channel": uniform(channel),
         "kind": uniform(kind),
-        "payload": list(payload),
+        "payload": payload,
         "parent": uniform(parent),
         "sent_at": float64s(sent_at),
         "overhead": int64s(overhead),
@@ -222,6 +229,37 @@ def cells_changed(column: array[Any], shadow: np.ndarray) -> np.ndarray:
 def pick_cells(column: array[Any], at: np.ndarray) -> bytes:
     """The cells of ``column`` at the indices ``at``, packed."""
     return np.frombuffer(column, dtype=column_dtype(column))[at].tobytes()
+
+
+_INTEGER_WIDTHS = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
+"""The signed integer type of each width in bytes (:func:`added_cells`)."""
+
+
+def added_cells(column: array[int], shadow: np.ndarray, at: np.ndarray) -> bytes:
+    """What the cells of the integer ``column`` at the indices ``at`` gained since
+    ``shadow`` (cells beyond it count from 0), packed in the narrowest signed integer
+    type that holds every gain (:func:`add_cells` tells it by the length)."""
+    gained: np.ndarray = np.frombuffer(column, dtype=np.int64)[at]  # a copy (indexed by an array)
+    known = at < len(shadow)
+    gained[known] -= shadow[at[known]]
+    if not len(gained):
+        return b""
+    low, high = int(gained.min()), int(gained.max())
+    width = next(w for w in (1, 2, 4, 8) if -(1 << (8 * w - 1)) <= low and high < 1 << (8 * w - 1))
+    return gained.astype(_INTEGER_WIDTHS[width]).tobytes()
+
+
+def add_cells(column: array[int], at: bytes, gains: bytes) -> None:
+    """Add packed ``gains`` of :func:`added_cells` to the integer ``column`` at the
+    packed int64 indices ``at``, in place."""
+    target: np.ndarray = np.frombuffer(column, dtype=np.int64)
+    where = np.frombuffer(at, dtype=np.int64)
+    if len(where):
+        width = len(gains) // len(where)
+        if width not in _INTEGER_WIDTHS or width * len(where) != len(gains):
+            raise StateError(f"a delta holds {len(gains)} bytes of ledger gains for {len(where)} agents")
+        target[where] += np.frombuffer(gains, dtype=_INTEGER_WIDTHS[width])
+    del target  # release the buffer: the column may grow later
 
 
 def set_cells(column: array[Any] | bytearray, at: bytes, values: bytes) -> None:

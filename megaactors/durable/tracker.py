@@ -2,7 +2,7 @@
 :class:`~megaactors.durable.state.DurableSim`.
 
 Events run, agents touched outside their own events, and sends stamped are noted
-as the simulation runs (a list append each); :meth:`ChangeTracker.collect_packets`
+as the simulation runs (list appends); :meth:`ChangeTracker.collect_packets`
 encodes their packets.
 """
 
@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import chain
-from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -27,8 +26,6 @@ LLMCallHook = Callable[[int, int, LLMReply], None]
 """Called with ``(agent, call_index, reply)`` for every LLM call issued."""
 ToolGate = Callable[[int, int, ToolCall, Callable[[], Any]], Any]
 """Runs a tool function: ``(agent, invocation_index, call, run) -> value``."""
-
-_PACKETS, _BROADCAST = itemgetter(0), itemgetter(1)
 
 
 class ChangeTracker:
@@ -48,11 +45,9 @@ class ChangeTracker:
         self.tool_gate = tool_gate
         self.events: list[int] = []
         self.touched_agents: set[int] = set()
-        self.sends: list[tuple[list[Packet], bool]] = []
-        """The packets of every send stamped, and whether it was a broadcast."""
-
-    def stamped(self, packets: list[Packet], broadcast: bool) -> None:
-        self.sends.append((packets, broadcast))  # one append: this runs once per send
+        self.sends: list[list[Packet] | bool] = []
+        """The packets of every send stamped, each followed by whether it was a
+        broadcast (the postman appends them; emptied in place)."""
 
     def touched(self, agent: int) -> None:
         self.touched_agents.add(agent)
@@ -69,19 +64,22 @@ class ChangeTracker:
 
     def reset(self) -> None:
         """Forget everything noted so far."""
-        self.events, self.touched_agents, self.sends = [], set(), []
+        self.events, self.touched_agents = [], set()
+        self.sends.clear()
 
     def collect_packets(self, members_changed: bool) -> dict[str, Any]:
         """The packets stamped since the last reset, encoded. A broadcast's recipients
         are left out — they are its sender's peers on its channel — unless the
         organisation's groups changed since it was sent (``members_changed``: agents
         were recruited)."""
-        sends, self.sends = self.sends, []
-        packets = list(chain.from_iterable(map(_PACKETS, sends)))
-        if members_changed:
+        sends = self.sends
+        groups, flags = cast("list[list[Packet]]", sends[::2]), cast("list[bool]", sends[1::2])
+        sends.clear()
+        packets = list(chain.from_iterable(groups))
+        if members_changed or True not in flags:
             return encode_packets(packets, None)
-        counts = np.fromiter(map(len, map(_PACKETS, sends)), dtype=np.int64, count=len(sends))
-        sent = np.fromiter(map(_BROADCAST, sends), dtype=bool, count=len(sends)) & (counts == 1)
-        if not sent.any():
-            return encode_packets(packets, None)
-        return encode_packets(packets, sent if len(packets) == len(sends) else np.repeat(sent, counts))
+        sent = np.fromiter(flags, dtype=bool, count=len(flags))
+        if len(packets) == len(groups):  # one packet per send (its ids of one size)
+            return encode_packets(packets, sent)
+        counts = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+        return encode_packets(packets, np.repeat(sent & (counts == 1), counts))

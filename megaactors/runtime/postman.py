@@ -10,7 +10,7 @@ business. The postman is not thread-safe: a threaded runtime calls it under a lo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from operator import attrgetter
 
 from megaactors.core.agent_columns import FOLD_AT
@@ -159,9 +159,9 @@ class Postman:
         sender, a member of that one group only (the commonest broadcast); else -1."""
         self.position = 0
         """Where the sender of that group broadcast stands in its group's member list."""
-        self.on_stamp: Callable[[list[Packet], bool], None] | None = None
-        """Called with the packets of every send stamped and :attr:`broadcast`
-        (a durable run records new packets through it)."""
+        self.stamped: list[list[Packet] | bool] | None = None
+        """When set, every send stamped appends its packets and then :attr:`broadcast`
+        here (a durable run finds the packets sent since its last checkpoint in it)."""
         self._sizes = b""
         self._group_sizes: dict[int, tuple[int, int]] = {}
         self._admin_sizes = (0, 0)
@@ -305,8 +305,9 @@ class Postman:
         totals.append(nbytes)
         if len(agents) >= FOLD_AT:
             self._columns.fold()
-        if self.on_stamp is not None:
-            self.on_stamp(packets, self.broadcast)
+        stamped = self.stamped
+        if stamped is not None:
+            stamped += packets, broadcast
         return packets
 
     def stamp_human(self, recipient: int, text: str, now: float) -> Packet:
@@ -327,8 +328,9 @@ class Postman:
         ledger.bytes += nbytes
         ledger.messages_by_channel[HUMAN] = ledger.messages_by_channel.get(HUMAN, 0) + 1
         ledger.bytes_by_channel[HUMAN] = ledger.bytes_by_channel.get(HUMAN, 0) + nbytes
-        if self.on_stamp is not None:
-            self.on_stamp([packet], False)
+        stamped = self.stamped
+        if stamped is not None:
+            stamped += [packet], False
         return packet
 
     def take(self, batch: Batch) -> int:

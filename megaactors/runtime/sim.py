@@ -84,7 +84,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
         self.seed, self.max_concurrent_llm, self.serial = options.seed, options.max_concurrent_llm, options.serial
         self.observer = observer
         if observer is not None:
-            self.core.postman.on_stamp = observer.stamped
+            self.core.postman.stamped = observer.sends
         cap = options.max_concurrent_llm
         self._llm_slots: FifoGate[Agent] | None = FifoGate(cap, pool=True) if cap is not None else None
         self._bind()

@@ -90,8 +90,8 @@ class SimPlacement:
         """Account into ``ledger`` from now on (a new postman stamps into it)."""
         core = self.core
         core.ledger = ledger
-        hook, core.postman = core.postman.on_stamp, Postman(self.org, ledger)
-        core.postman.on_stamp = hook
+        log, core.postman = core.postman.stamped, Postman(self.org, ledger)
+        core.postman.stamped = log
         if self._net is not None:
             self._net.postman = core.postman
         self._bind()

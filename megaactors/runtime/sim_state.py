@@ -14,7 +14,7 @@ provider model); or the :class:`~megaactors.core.behaviour.LLMRequest` it
 waits to issue while every LLM slot is taken.
 
 A :class:`SimObserver` sees what changes between two snapshots without scanning the
-run: every event's agent, every packet stamped, agents touched outside their own
+run: every event's agent, every packet stamped (a list the postman appends to), agents touched outside their own
 events, and (as a :class:`~megaactors.runtime.interpreter.RunObserver`) paid calls,
 tool side effects and recruits.
 """
@@ -153,11 +153,10 @@ class SimObserver(RunObserver, Protocol):
 
     events: list[int]
     """The agent of every event run is appended here."""
-
-    def stamped(self, packets: list[Packet], broadcast: bool) -> None:
-        """The postman stamped ``packets`` for one send (``broadcast``: to every peer
-        of the sender on its channel)."""
-        ...
+    sends: list[list[Packet] | bool]
+    """The postman appends here the packets of every send it stamps, then whether the
+    send went to every peer of its sender on its channel (no call per send). The
+    postman holds this list: it is emptied in place, never replaced."""
 
     def touched(self, agent: int) -> None:
         """``agent``'s record changed outside its own events (its tool call was
