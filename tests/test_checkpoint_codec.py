@@ -107,4 +107,8 @@ def test_agent_records_of_none_and_of_some() -> None:
     assert rows["state"] == bytes(state.agents[i].phase for i in ids)
     flying = [k for k, i in enumerate(ids) if type(state.agents[i].pending) is tuple]
     assert np.frombuffer(rows["llm"][0], dtype=np.int64).tolist() == flying
-    assert rows["llm"][1] == [state.agents[ids[k]].pending[0] for k in flying]
+    calls = [state.agents[ids[k]] for k in flying]
+    assert calls and all(a.request is not None for a in calls)  # the plain path's lean form: the event alone
+    assert rows["llm"][1] == [a.batch_tokens if a.request.new_tokens is None else a.request.new_tokens for a in calls]
+    assert rows["llm"][2] == int64s([a.request.output_tokens for a in calls])
+    assert rows["llm"][4] == float64s([a.pending[0] for a in calls])

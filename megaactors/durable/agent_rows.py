@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from megaactors.core.agent import Phase
+from megaactors.core.agent import Agent, Phase
 from megaactors.core.behaviour import LLMRequest, Send, ToolCall
 from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.durable.state_codec import (
@@ -60,6 +60,7 @@ _PHASE, _DATA, _BATCH_TOKENS, _PENDING, _OUTBOX, _MEMORY = map(
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 _TOKENS_OUT, _STAGE = attrgetter("tokens_out"), attrgetter("stage")
 _CALLS = attrgetter("calls")
+_REQUEST = attrgetter("request")
 _LATENCY = attrgetter("latency_s")
 _FAILED = attrgetter("failed")
 _PHASES = tuple(Phase)
@@ -102,8 +103,14 @@ def encode_agent_rows(
     else:
         at = list(compress(range(len(ids)), map(is_, types, repeat(tuple))))
         flying = list(map(pending.__getitem__, at))
-    replies = list(map(_SECOND, flying))
-    events = list(map(_THIRD, flying))  # each call in flight holds its event
+    requests = list(map(_REQUEST, map(chosen.__getitem__, at)))
+    if requests.count(None) == len(requests):  # every call in the general form
+        replies = list(map(_SECOND, flying))
+        new_tokens, tokens_out = list(map(_FIRST, flying)), list(map(_TOKENS_OUT, replies))
+        stages, events = list(map(_STAGE, replies)), list(map(_THIRD, flying))  # each call holds its event
+    else:
+        replies = []  # the lean form is the plain path's: no provider model
+        new_tokens, tokens_out, stages, events = _flight_columns(list(map(chosen.__getitem__, at)), flying, requests)
     other: dict[int, Any] = {}
     if flown + types.count(type(None)) != len(pending):
         other = _other_pending(state, ids, pending)
@@ -120,9 +127,9 @@ def encode_agent_rows(
         "batch_tokens": int64s(list(map(_BATCH_TOKENS, chosen))),
         "llm": [
             int64s(at),
-            list(map(_FIRST, flying)),
-            int64s(list(map(_TOKENS_OUT, replies))),
-            uniform(list(map(_STAGE, replies))),
+            new_tokens,
+            int64s(tokens_out),
+            uniform(stages),
             float64s(list(map(_FIRST, events))),
             int64s(list(map(_SECOND, events))),
         ],
@@ -130,6 +137,27 @@ def encode_agent_rows(
         "outboxes": {i: [encode_send(s) for s in o] for i, o in enumerate(outbox) if o} if any(outbox) else {},
         **provider,
     }
+
+
+def _flight_columns(
+    agents: list[Agent], flying: Sequence[Any], requests: list[LLMRequest | None]
+) -> tuple[list[int], list[int], list[str], list[Any]]:
+    """New tokens, output tokens, stages and events of calls in flight, some in the lean
+    form (``Agent.request`` set, ``pending`` the event: see
+    :mod:`megaactors.runtime.sim_state`), some in the general one."""
+    new_tokens, tokens_out, stages, events = [], [], [], []
+    for a, p, r in zip(agents, flying, requests, strict=True):
+        if r is None:
+            n, reply, event = p
+            out, stage = reply.tokens_out, reply.stage
+        else:
+            n = a.batch_tokens if r.new_tokens is None else r.new_tokens
+            out, stage, event = r.output_tokens, r.stage, p
+        new_tokens.append(n)
+        tokens_out.append(out)
+        stages.append(stage)
+        events.append(event)
+    return new_tokens, tokens_out, stages, events
 
 
 def _other_pending(state: SimState, ids: list[int], pending: Sequence[Any]) -> dict[int, Any]:
@@ -181,10 +209,13 @@ def load_agent_rows(
             if kind == 2:
                 a.memory = next(stored)
             elif kind == 1:  # the call in flight before has ended since
-                p = a.pending
+                p, r = a.pending, a.request
                 if type(p) is not tuple:
                     raise StateError(f"agent {aid}: its memory builds on an LLM call that was not in flight")
-                a.remember_call(p[0], p[1].tokens_out, window)
+                if r is None:
+                    a.remember_call(p[0], p[1].tokens_out, window)
+                else:  # the lean form
+                    a.remember_call(a.batch_tokens if r.new_tokens is None else r.new_tokens, r.output_tokens, window)
     calls = state.ledger.per_agent["llm_calls"]  # an agent's calls, counted where they are paid
     for aid, phase, data, batch_tokens in zip(
         ids, rows["state"], rows["data"], array("q", rows["batch_tokens"]), strict=True
@@ -194,7 +225,7 @@ def load_agent_rows(
         a.data = data
         a.calls = calls[aid]
         a.batch_tokens = batch_tokens
-        a.pending = None
+        a.pending = a.request = None
         a.outbox = []
         flight.pop(aid, None)
     if "calls" in rows:

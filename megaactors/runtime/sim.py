@@ -121,6 +121,9 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
         self._plain_llm = self._llm_slots is None and core.provider is None and core.llm_observer is None
         """Whether a call starts at once (:meth:`_call_llm_now`): no slot, provider model
         or observer of paid calls is set."""
+        self._lean = type(core.llm) is SimulatedLLM
+        """Whether a plain call in flight may keep its event alone (``Agent.request`` set):
+        the seeded model draws its reply again, the same, when it is due."""
 
     def _open_mail(self) -> None:
         """In-queues for the agents as they are (empty channel logs)."""
@@ -330,7 +333,10 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
         ledger.record_llm(aid, reply)
         seq = self._seq = self._seq + 1
         event = (self.now + reply.latency_s, seq, aid)
-        a.pending = (new_tokens, reply, event)
+        if self._lean and request.output_tokens is not None:  # the lean form: nothing made here lives on
+            a.pending, a.request = event, request
+        else:
+            a.pending = (new_tokens, reply, event)
         events = self._events  # EventQueue.push, inlined when the event's bucket exists
         key = int(event[0] * events.inverse_width)
         bucket = events.buckets.get(key) if key > events.current_key else None
@@ -351,14 +357,19 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
             return
         core = self.core
         core.in_flight -= 1
-        new_tokens, reply, _ = pending
-        slots = self._llm_slots
-        if slots is not None:
-            nxt = slots.release(a)
-            if nxt is not None:
-                self._call_llm(nxt[0], nxt[0].pending, admitted=True)
+        request, memory = a.request, a.memory
+        if request is not None:  # the lean form (see sim_state): the reply drawn again, as it was
+            a.request = None
+            new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
+            reply = self._draw(a.id, a.calls - 1, request, sum(memory), new_tokens)
+        else:
+            new_tokens, reply, _ = pending
+            slots = self._llm_slots
+            if slots is not None:
+                nxt = slots.release(a)
+                if nxt is not None:
+                    self._call_llm(nxt[0], nxt[0].pending, admitted=True)
         # Interpreter.reply_effects (and .context), inlined: this runs once per LLM call
-        memory = a.memory
         if new_tokens:
             memory.append(new_tokens)
         memory.append(reply.tokens_out)
