@@ -22,6 +22,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from heapq import heappop
 from itertools import repeat
 from typing import Any
@@ -124,6 +125,8 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
         self._lean = type(core.llm) is SimulatedLLM
         """Whether a plain call in flight may keep its event alone (``Agent.request`` set):
         the seeded model draws its reply again, the same, when it is due."""
+        self._full_requests: dict[int, tuple[LLMRequest, LLMRequest]] = {}
+        """id of a request without output tokens -> (it, the same with the model's default)."""
 
     def _open_mail(self) -> None:
         """In-queues for the agents as they are (empty channel logs)."""
@@ -333,7 +336,9 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
         ledger.record_llm(aid, reply)
         seq = self._seq = self._seq + 1
         event = (self.now + reply.latency_s, seq, aid)
-        if self._lean and request.output_tokens is not None:  # the lean form: nothing made here lives on
+        if self._lean:  # the lean form: nothing made here lives on (see sim_state)
+            if request.output_tokens is None:
+                request = self._full_request(request)
             a.pending, a.request = event, request
         else:
             a.pending = (new_tokens, reply, event)
@@ -344,6 +349,18 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
             bucket.append(event)
         else:
             events.push(event)
+
+    def _full_request(self, request: LLMRequest) -> LLMRequest:
+        """``request`` with the model's default output tokens set, made once per request
+        (behaviours mostly return a few constant ones; beyond 64, a new one each time)."""
+        full = self._full_requests
+        known = full.get(id(request))
+        if known is not None:  # the entry keeps its request alive: no other object has its id
+            return known[1]
+        filled = replace(request, output_tokens=self.llm.tokens.output_tokens)
+        if len(full) < 64:
+            full[id(request)] = (request, filled)
+        return filled
 
     def _complete(self, a: Agent) -> None:
         """An LLM call or a tool call of ``a`` finished now."""
