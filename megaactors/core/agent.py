@@ -61,7 +61,6 @@ class Agent:
         "outbox",
         "pending",
         "phase",
-        "request",
     )
 
     def __init__(self, agent_id: int, data: Any = None) -> None:
@@ -80,9 +79,6 @@ class Agent:
         """Tokens of the batch taken last (the default prompt of its LLM request)."""
         self.pending: Any = None
         """What the agent waits for (an LLM request in flight, or queued start effects)."""
-        self.request: Any = None
-        """The request of an LLM call in flight whose ``pending`` is its event alone (the
-        simulation's lean form, see :mod:`megaactors.runtime.sim_state`), else None."""
 
     @property
     def state(self) -> Phase:

@@ -60,7 +60,6 @@ _PHASE, _DATA, _BATCH_TOKENS, _PENDING, _OUTBOX, _MEMORY = map(
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 _TOKENS_OUT, _STAGE = attrgetter("tokens_out"), attrgetter("stage")
 _CALLS = attrgetter("calls")
-_REQUEST = attrgetter("request")
 _LATENCY = attrgetter("latency_s")
 _FAILED = attrgetter("failed")
 _PHASES = tuple(Phase)
@@ -103,14 +102,14 @@ def encode_agent_rows(
     else:
         at = list(compress(range(len(ids)), map(is_, types, repeat(tuple))))
         flying = list(map(pending.__getitem__, at))
-    requests = list(map(_REQUEST, map(chosen.__getitem__, at)))
-    if requests.count(None) == len(requests):  # every call in the general form
+    lean = list(map(len, flying)).count(5)  # calls in the lean form (see sim_state.LLMInFlight)
+    if not lean:
         replies = list(map(_SECOND, flying))
         new_tokens, tokens_out = list(map(_FIRST, flying)), list(map(_TOKENS_OUT, replies))
         stages, events = list(map(_STAGE, replies)), list(map(_THIRD, flying))  # each call holds its event
     else:
         replies = []  # the lean form is the plain path's: no provider model
-        new_tokens, tokens_out, stages, events = _flight_columns(list(map(chosen.__getitem__, at)), flying, requests)
+        new_tokens, tokens_out, stages, events = _flight_columns(list(map(chosen.__getitem__, at)), flying)
     other: dict[int, Any] = {}
     if flown + types.count(type(None)) != len(pending):
         other = _other_pending(state, ids, pending)
@@ -139,18 +138,16 @@ def encode_agent_rows(
     }
 
 
-def _flight_columns(
-    agents: list[Agent], flying: Sequence[Any], requests: list[LLMRequest | None]
-) -> tuple[list[int], list[int], list[str], list[Any]]:
-    """New tokens, output tokens, stages and events of calls in flight, some in the lean
-    form (``Agent.request`` set, ``pending`` the event: see
-    :mod:`megaactors.runtime.sim_state`), some in the general one."""
+def _flight_columns(agents: list[Agent], flying: Sequence[Any]) -> tuple[list[int], list[int], list[str], list[Any]]:
+    """New tokens, output tokens, stages and events of calls in flight, in the lean form
+    (the event alone, see :data:`~megaactors.runtime.sim_state.LLMInFlight`) or not."""
     new_tokens, tokens_out, stages, events = [], [], [], []
-    for a, p, r in zip(agents, flying, requests, strict=True):
-        if r is None:
+    for a, p in zip(agents, flying, strict=True):
+        if len(p) == 3:
             n, reply, event = p
             out, stage = reply.tokens_out, reply.stage
         else:
+            r = p[3]
             n = a.batch_tokens if r.new_tokens is None else r.new_tokens
             out, stage, event = r.output_tokens, r.stage, p
         new_tokens.append(n)
@@ -209,12 +206,13 @@ def load_agent_rows(
             if kind == 2:
                 a.memory = next(stored)
             elif kind == 1:  # the call in flight before has ended since
-                p, r = a.pending, a.request
+                p = a.pending
                 if type(p) is not tuple:
                     raise StateError(f"agent {aid}: its memory builds on an LLM call that was not in flight")
-                if r is None:
+                if len(p) == 3:
                     a.remember_call(p[0], p[1].tokens_out, window)
                 else:  # the lean form
+                    r = p[3]
                     a.remember_call(a.batch_tokens if r.new_tokens is None else r.new_tokens, r.output_tokens, window)
     calls = state.ledger.per_agent["llm_calls"]  # an agent's calls, counted where they are paid
     for aid, phase, data, batch_tokens in zip(
@@ -225,7 +223,7 @@ def load_agent_rows(
         a.data = data
         a.calls = calls[aid]
         a.batch_tokens = batch_tokens
-        a.pending = a.request = None
+        a.pending = None
         a.outbox = []
         flight.pop(aid, None)
     if "calls" in rows:

@@ -8,10 +8,8 @@ events, message ids, LLM call indices and ledger, float for float). A durable ru
 encodes it (:mod:`megaactors.durable.state`) and never reads the runtime's internals.
 
 What an agent waits for (``Agent.pending``) is one of: ``None``; :data:`START` (its
-start effects wait for the serial token); an :data:`LLMInFlight` tuple, or (the lean
-form of a call on the simulation's plain path) the call's event alone with its
-:class:`~megaactors.core.behaviour.LLMRequest` in ``Agent.request``; a
-:class:`ToolInFlight`; an :class:`LLMRetry` (its call waits to try again under the
+start effects wait for the serial token); an :data:`LLMInFlight` tuple (or its lean
+form); a :class:`ToolInFlight`; an :class:`LLMRetry` (its call waits to try again under the
 provider model); or the :class:`~megaactors.core.behaviour.LLMRequest` it
 waits to issue while every LLM slot is taken.
 
@@ -57,11 +55,13 @@ LLMInFlight = tuple[int, "LLMReply", "Event"]
 """``Agent.pending`` of an agent whose LLM call is in flight: the call's new prompt
 tokens, its reply (due at the event's time) and the event that delivers it.
 
-In the lean form ``Agent.pending`` is the event alone and ``Agent.request`` the request
-(whose output tokens are set): the new tokens are the request's (the batch's when
-None) and the reply is what the seeded :class:`~megaactors.core.llm.SimulatedLLM` draws
-for call ``calls - 1`` with that memory, again. Nothing made for the call but its event
-lives across the call's latency, to be freed cold when it ends."""
+The lean form (a call on the simulation's plain path, under a
+:class:`~megaactors.core.llm.SimulatedLLM`) is the event alone, grown by the request
+(its output tokens set) and the latency drawn: ``(time, sequence, agent, request,
+latency)``. The new tokens are the request's (the batch's when None) and the reply is
+:meth:`~megaactors.core.llm.SimulatedLLM.reply_of` call ``calls - 1`` with that memory,
+made when the call ends: no per-call object but the event (read warm as it comes due)
+and its latency lives across the call's latency, to be freed cold."""
 
 
 class ToolInFlight:
