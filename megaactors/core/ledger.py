@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from megaactors.core.agent_columns import AGENT_COLUMNS, FOLD_AT, AgentColumns
+from megaactors.core.agent_columns import AGENT_COLUMNS, AgentColumns
 from megaactors.core.messages import CHANNELS
 
 if TYPE_CHECKING:
@@ -92,13 +92,14 @@ class Ledger:
         self.tokens_out += tout
         self.cost_usd += cost
         self.llm_time_s += reply.latency_s
-        agents, tins, touts, costs = self.agent_columns.calls  # journaled: see AgentColumns
+        columns = self.agent_columns
+        agents, tins, touts, costs = columns.calls  # journaled: see AgentColumns
         agents.append(agent)
         tins.append(tin)
         touts.append(tout)
         costs.append(cost)
-        if len(agents) >= FOLD_AT:
-            self.agent_columns.fold()
+        if len(agents) >= columns.fold_at:
+            columns.fold()
         stage = self._stages.get(reply.stage)
         if stage is None:
             stage = self._stages[reply.stage] = [0, 0, 0, 0.0]
@@ -115,13 +116,14 @@ class Ledger:
         self.tokens_out += tokens_out
         self.cost_usd += cost
         self.llm_time_s += latency
-        agents, tins, touts, costs = self.agent_columns.calls
+        columns = self.agent_columns
+        agents, tins, touts, costs = columns.calls
         agents.append(agent)
         tins.append(tokens_in)
         touts.append(tokens_out)
         costs.append(cost)
-        if len(agents) >= FOLD_AT:
-            self.agent_columns.fold()
+        if len(agents) >= columns.fold_at:
+            columns.fold()
         sums = self._stages.get(stage)
         if sums is None:
             sums = self._stages[stage] = [0, 0, 0, 0.0]
