@@ -340,6 +340,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
         index, aid = a.calls, a.id
         a.calls = index + 1
         seq = self._seq = self._seq + 1
+        event: Any  # an Event, grown in the lean form
         if self._lean:  # the lean form: only the event lives on (see sim_state.LLMInFlight)
             tokens_in, tokens_out, latency, cost = self._lean_draw(aid, index, request, sum(a.memory), new_tokens)  # type: ignore[misc]
             ledger.record_call(aid, tokens_in, tokens_out, cost, latency, request.stage)
