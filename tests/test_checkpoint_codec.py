@@ -108,7 +108,7 @@ def test_agent_records_of_none_and_of_some() -> None:
     flying = [k for k, i in enumerate(ids) if type(state.agents[i].pending) is tuple]
     assert np.frombuffer(rows["llm"][0], dtype=np.int64).tolist() == flying
     calls = [state.agents[ids[k]] for k in flying]
-    assert calls and all(len(a.pending) == 5 for a in calls)  # the plain path's lean form: the event alone
+    assert calls and all(len(a.pending) == 6 for a in calls)  # the plain path's lean form: the event alone
     requests = [a.pending[3] for a in calls]
     new_tokens = [
         a.batch_tokens if r.new_tokens is None else r.new_tokens for a, r in zip(calls, requests, strict=True)

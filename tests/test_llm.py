@@ -83,4 +83,4 @@ def test_draw_and_reply_of_give_what_complete_gives(llm: SimulatedLLM) -> None:
         whole = llm.complete(agent, index, request, memory, new)
         drawn = llm.draw(agent, index, request, memory, new)
         assert drawn == (whole.tokens_in, whole.tokens_out, whole.latency_s, whole.cost_usd)
-        assert llm.reply_of(index, request, memory, new, drawn[2]) == whole
+        assert llm.reply_of(index, request, drawn[0], drawn[2]) == whole

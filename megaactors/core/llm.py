@@ -260,15 +260,10 @@ class SimulatedLLM:
             (tokens_in * per_m_in + tokens_out * per_m_out) / 1e6,
         )
 
-    def reply_of(
-        self, call_index: int, request: LLMRequest, memory_tokens: int, new_tokens: int, latency_s: float
-    ) -> LLMReply:
-        """The reply :meth:`complete` gave call ``call_index`` (same request, memory and new
-        tokens), from the latency it drew: nothing drawn again."""
+    def reply_of(self, call_index: int, request: LLMRequest, tokens_in: int, latency_s: float) -> LLMReply:
+        """The reply :meth:`complete` gives call ``call_index`` of ``request``, from the prompt
+        tokens and latency :meth:`draw` gave it: nothing drawn again."""
         constants = self._constants
-        tokens_in = constants[0] + memory_tokens + new_tokens  # as complete computes them
-        if tokens_in < SHARED_BELOW:
-            tokens_in = SHARED_COUNTS[tokens_in]
         tokens_out = request.output_tokens
         if tokens_out is None:
             tokens_out = constants[1]

@@ -102,8 +102,7 @@ def encode_agent_rows(
     else:
         at = list(compress(range(len(ids)), map(is_, types, repeat(tuple))))
         flying = list(map(pending.__getitem__, at))
-    lean = list(map(len, flying)).count(5)  # calls in the lean form (see sim_state.LLMInFlight)
-    if not lean:
+    if list(map(len, flying)).count(3) == len(flying):  # none in the lean form (see sim_state.LLMInFlight)
         replies = list(map(_SECOND, flying))
         new_tokens, tokens_out = list(map(_FIRST, flying)), list(map(_TOKENS_OUT, replies))
         stages, events = list(map(_STAGE, replies)), list(map(_THIRD, flying))  # each call holds its event

@@ -29,7 +29,7 @@ __all__ = ["Event", "EventQueue", "superstep_end"]
 
 Event = tuple[float, int, int]
 """``(time, sequence, agent)``. The event of an LLM call in flight on the simulation's
-plain path carries two more items, its request and latency (the call's whole record:
+plain path carries more items, its request, latency and prompt tokens (the call's record:
 see :data:`~megaactors.runtime.sim_state.LLMInFlight`); only the first three are read
 as the event."""
 

@@ -347,7 +347,7 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
             if request.output_tokens is None:
                 known = self._full_requests.get(id(request))
                 request = known[1] if known is not None else self._full_request(request)
-            event = a.pending = (self.now + latency, seq, aid, request, latency)
+            event = a.pending = (self.now + latency, seq, aid, request, latency, tokens_in)
         else:
             reply = self._draw(aid, index, request, sum(a.memory), new_tokens)
             ledger.record_llm(aid, reply)
@@ -386,10 +386,10 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
         core = self.core
         core.in_flight -= 1
         memory = a.memory
-        if len(pending) == 5:  # the lean form (see sim_state.LLMInFlight): the reply made now
+        if len(pending) > 3:  # the lean form (see sim_state.LLMInFlight): the reply made now
             request = pending[3]
             new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
-            reply = self._reply_of(a.calls - 1, request, sum(memory), new_tokens, pending[4])  # type: ignore[misc]
+            reply = self._reply_of(a.calls - 1, request, pending[5], pending[4])  # type: ignore[misc]
         else:
             new_tokens, reply, _ = pending
         slots = self._llm_slots

@@ -57,11 +57,12 @@ tokens, its reply (due at the event's time) and the event that delivers it.
 
 The lean form (a call on the simulation's plain path, under a
 :class:`~megaactors.core.llm.SimulatedLLM`) is the event alone, grown by the request
-(its output tokens set) and the latency drawn: ``(time, sequence, agent, request,
-latency)``. The new tokens are the request's (the batch's when None) and the reply is
-:meth:`~megaactors.core.llm.SimulatedLLM.reply_of` call ``calls - 1`` with that memory,
-made when the call ends: no per-call object but the event (read warm as it comes due)
-and its latency lives across the call's latency, to be freed cold."""
+(its output tokens set), the latency and the prompt tokens drawn: ``(time, sequence,
+agent, request, latency, prompt tokens)``. The new tokens are the request's (the
+batch's when None) and the reply is
+:meth:`~megaactors.core.llm.SimulatedLLM.reply_of` call ``calls - 1``, made when the
+call ends: no per-call object but the event (read warm as it comes due) and its
+latency lives across the call's latency, to be freed cold."""
 
 
 class ToolInFlight:
