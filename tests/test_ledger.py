@@ -91,7 +91,6 @@ def test_journaled_columns_fold_to_the_sums_added_one_by_one() -> None:
 
 
 def test_a_call_recorded_by_its_figures_counts_as_one_recorded_by_its_reply() -> None:
-    from megaactors.core.agent_columns import FOLD_AT, AgentColumns
     from megaactors.core.llm import LLMReply
 
     by_reply, by_figures = Ledger(3), Ledger(3)
@@ -101,4 +100,3 @@ def test_a_call_recorded_by_its_figures_counts_as_one_recorded_by_its_reply() ->
     org = Organisation.flat(3)
     assert by_figures.summary(org) == by_reply.summary(org)
     assert by_figures.cost_per_agent.tobytes() == by_reply.cost_per_agent.tobytes()
-    assert AgentColumns(1000).fold_at == FOLD_AT and AgentColumns(100_000).fold_at == 50_000

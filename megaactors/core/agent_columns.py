@@ -8,10 +8,8 @@ journal instead — the agent and the amounts of one LLM call, one batch taken o
 send — and :meth:`AgentColumns.fold` adds a journal into the columns in bulk
 (``numpy.add.at``, which adds in journal order: a float column gets the very sums,
 bit for bit, that adding one by one would give). A journal is folded once it holds
-:attr:`AgentColumns.fold_at` entries and whenever the columns are read, so readers
-never see a pending amount. ``fold_at`` is :data:`FOLD_AT`, or half the agents when
-that is more: a fold then meets each cache line of a column (eight agents' cells) for
-about four entries rather than for each one, where the columns outgrow the caches.
+:data:`FOLD_AT` entries and whenever the columns are read, so readers never see a
+pending amount and the journals never hold more than a few thousand entries.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ __all__ = ["AGENT_COLUMNS", "FOLD_AT", "AgentColumns"]
 
 AGENT_COLUMNS = ("sent", "received", "bytes_sent", "bytes_received", "llm_calls", "tokens_in", "tokens_out", "batches")
 FOLD_AT = 4096
-"""Entries a journal holds before the writer folds it, at the least."""
+"""Entries a journal holds before the writer folds it."""
 _SMALL = 32
 """A journal shorter than this is added cell by cell (numpy's fixed cost is larger)."""
 
@@ -34,19 +32,17 @@ class AgentColumns:
     """Per-agent counters with write journals (see the module's docstring).
 
     ``calls``, ``batches`` and ``sends`` are the journals, lists the hot path appends
-    to and then calls :meth:`fold` when the first of them reaches :attr:`fold_at`:
+    to and then calls :meth:`fold` when the first of them reaches :data:`FOLD_AT`:
     ``calls`` = (agents, tokens in, tokens out, dollars), one entry per LLM call (the
     dollars an ``array('d')``: no float object kept per entry);
     ``batches`` = (agents, messages, bytes), one per batch taken; ``sends`` =
     (agents, messages, bytes), one per send stamped."""
 
-    __slots__ = ("_columns", "_cost", "batches", "calls", "fold_at", "sends")
+    __slots__ = ("_columns", "_cost", "batches", "calls", "sends")
 
     def __init__(self, n_agents: int = 0) -> None:
         self._columns: dict[str, array[int]] = {c: array("q", bytes(8 * n_agents)) for c in AGENT_COLUMNS}
         self._cost: array[float] = array("d", bytes(8 * n_agents))
-        self.fold_at = max(FOLD_AT, n_agents // 2)
-        """Entries a journal holds before the writer folds it."""
         self.calls: tuple[list[int], list[int], list[int], array[float]] = ([], [], [], array("d"))
         self.batches: tuple[list[int], list[int], list[int]] = ([], [], [])
         self.sends: tuple[list[int], list[int], list[int]] = ([], [], [])
@@ -74,7 +70,6 @@ class AgentColumns:
             for col in self._columns.values():
                 col.extend(array("q", bytes(8 * extra)))
             self._cost.extend(array("d", bytes(8 * extra)))
-            self.fold_at = max(FOLD_AT, n_agents // 2)
 
     def note(self, journal: tuple[list[int], list[int], list[int]], agent: int, count: int, nbytes: int) -> None:
         """Journal a batch taken or a send stamped (``journal``: :attr:`batches` or
@@ -83,7 +78,7 @@ class AgentColumns:
         agents.append(agent)
         counts.append(count)
         sizes.append(nbytes)
-        if len(agents) >= self.fold_at:
+        if len(agents) >= FOLD_AT:
             self.fold()
 
     def fold(self) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from megaactors.core.agent_columns import AGENT_COLUMNS, AgentColumns
+from megaactors.core.agent_columns import AGENT_COLUMNS, FOLD_AT, AgentColumns
 from megaactors.core.messages import CHANNELS
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class Ledger:
         tins.append(tin)
         touts.append(tout)
         costs.append(cost)
-        if len(agents) >= columns.fold_at:
+        if len(agents) >= FOLD_AT:
             columns.fold()
         stage = self._stages.get(reply.stage)
         if stage is None:
@@ -122,7 +122,7 @@ class Ledger:
         tins.append(tokens_in)
         touts.append(tokens_out)
         costs.append(cost)
-        if len(agents) >= columns.fold_at:
+        if len(agents) >= FOLD_AT:
             columns.fold()
         sums = self._stages.get(stage)
         if sums is None:
