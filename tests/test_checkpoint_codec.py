@@ -110,7 +110,15 @@ def test_agent_records_of_none_and_of_some() -> None:
     assert rows["state"] == bytes(state.agents[i].phase for i in ids)
     flying = [k for k, i in enumerate(ids) if type(state.agents[i].pending) is tuple]
     assert np.frombuffer(rows["llm"][0], dtype=np.int64).tolist() == flying
-    assert rows["llm"][1] == [state.agents[ids[k]].pending[0] for k in flying]
+    calls = [state.agents[ids[k]] for k in flying]
+    assert calls and all(len(a.pending) == 6 for a in calls)  # the plain path's lean form: the event alone
+    requests = [a.pending[3] for a in calls]
+    new_tokens = [
+        a.batch_tokens if r.new_tokens is None else r.new_tokens for a, r in zip(calls, requests, strict=True)
+    ]
+    assert rows["llm"][1] == new_tokens
+    assert rows["llm"][2] == int64s([r.output_tokens for r in requests])
+    assert rows["llm"][4] == float64s([a.pending[0] for a in calls])
 
 
 @pytest.mark.parametrize(

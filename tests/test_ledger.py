@@ -88,3 +88,15 @@ def test_journaled_columns_fold_to_the_sums_added_one_by_one() -> None:
     columns.grow(4)  # a pending entry is folded before the columns grow
     assert list(columns.columns["sent"]) == [0, 3, 0, 0] and list(columns.columns["bytes_sent"]) == [0, 90, 0, 0]
     assert not any(columns.sends)
+
+
+def test_a_call_recorded_by_its_figures_counts_as_one_recorded_by_its_reply() -> None:
+    from megaactors.core.llm import LLMReply
+
+    by_reply, by_figures = Ledger(3), Ledger(3)
+    for i, (agent, tokens, dollars) in enumerate([(0, 310, 1e-4), (2, 5000, 3.3e-4), (0, 77, 2.5e-5)]):
+        by_reply.record_llm(agent, LLMReply(tokens, 60, 1.5 + i, dollars, "chat" if i else "plan", i))
+        by_figures.record_call(agent, tokens, 60, dollars, 1.5 + i, "chat" if i else "plan")
+    org = Organisation.flat(3)
+    assert by_figures.summary(org) == by_reply.summary(org)
+    assert by_figures.cost_per_agent.tobytes() == by_reply.cost_per_agent.tobytes()

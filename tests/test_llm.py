@@ -62,3 +62,25 @@ def test_prefill_latency_grows_with_the_prompt() -> None:
         assert rb.latency_s == pytest.approx(prefill.sample(stream_normal(5, agent, call), 50, rb.tokens_in))
     with pytest.raises(ValueError, match="finite and non-negative"):
         LatencyModel(prefill_s_per_token=float("inf"))
+
+
+@pytest.mark.parametrize(
+    "llm",
+    [
+        SimulatedLLM(seed=3),
+        SimulatedLLM(seed=4, latency=LatencyModel(median_s=2.0, sigma=0.0, prefill_s_per_token=0.001)),
+        SimulatedLLM(seed=5, model="gpt-4o", tokens=TokenModel(system_tokens=40_000, output_tokens=90)),
+    ],
+)
+def test_draw_and_reply_of_give_what_complete_gives(llm: SimulatedLLM) -> None:
+    """The simulation's plain path draws a call's figures without a reply and makes the
+    reply when the call ends: the same numbers, float for float, as one complete()."""
+    for agent, index, request, memory, new in [
+        (0, 0, LLMRequest(), 0, 0),
+        (7, 3, LLMRequest(None, 25, "chat"), 480, 61),
+        (99_999, 12, LLMRequest(5, None, "plan"), 33_000, 5),
+    ]:
+        whole = llm.complete(agent, index, request, memory, new)
+        drawn = llm.draw(agent, index, request, memory, new)
+        assert drawn == (whole.tokens_in, whole.tokens_out, whole.latency_s, whole.cost_usd)
+        assert llm.reply_of(index, request, drawn[0], drawn[2]) == whole

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from megaactors import ChatRound, Organisation, RunSpec, SimRuntime
+from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.durable import DurableOptions, MemoryStore, run_durable
 from megaactors.runtime.conformance import GitUser, Recruiter
 from megaactors.runtime.sim_state import START, SimState
@@ -49,6 +50,24 @@ def test_a_snapshot_restored_into_a_fresh_runtime_continues_exactly(case: str, a
     fresh.restore(state)
     fresh.run()
     assert outcome(fresh) == outcome(reference)
+
+
+class _OtherModel(SimulatedLLM):
+    """The seeded model under another type: its calls in flight keep the general form."""
+
+
+def test_a_call_in_flight_in_the_lean_form_ends_as_in_the_general_one() -> None:
+    lean = SimRuntime(Organisation.two_tier(60, 5), ChatRound(2), seed=4)
+    general = SimRuntime(Organisation.two_tier(60, 5), ChatRound(2), llm=_OtherModel(seed=4))
+    lean.start()
+    general.start()
+    flying = [a for a in lean.agents if a.pending is not None]
+    assert flying and all(a.pending[2] == a.id and a.pending[3].output_tokens == 60 for a in flying)
+    assert all(len(a.pending) == 3 and type(a.pending[1]) is LLMReply for a in general.agents if a.pending)
+    assert all(len(event) == 3 for event in lean.snapshot().events)  # (time, sequence, agent), as documented
+    lean.run()
+    general.run()
+    assert outcome(lean) == outcome(general)
 
 
 def test_a_snapshot_lists_who_waits_at_each_gate() -> None:

@@ -33,7 +33,8 @@ class AgentColumns:
 
     ``calls``, ``batches`` and ``sends`` are the journals, lists the hot path appends
     to and then calls :meth:`fold` when the first of them reaches :data:`FOLD_AT`:
-    ``calls`` = (agents, tokens in, tokens out, dollars), one entry per LLM call;
+    ``calls`` = (agents, tokens in, tokens out, dollars), one entry per LLM call (the
+    dollars an ``array('d')``: no float object kept per entry);
     ``batches`` = (agents, messages, bytes), one per batch taken; ``sends`` =
     (agents, messages, bytes), one per send stamped."""
 
@@ -42,7 +43,7 @@ class AgentColumns:
     def __init__(self, n_agents: int = 0) -> None:
         self._columns: dict[str, array[int]] = {c: array("q", bytes(8 * n_agents)) for c in AGENT_COLUMNS}
         self._cost: array[float] = array("d", bytes(8 * n_agents))
-        self.calls: tuple[list[int], list[int], list[int], list[float]] = ([], [], [], [])
+        self.calls: tuple[list[int], list[int], list[int], array[float]] = ([], [], [], array("d"))
         self.batches: tuple[list[int], list[int], list[int]] = ([], [], [])
         self.sends: tuple[list[int], list[int], list[int]] = ([], [], [])
 
@@ -106,9 +107,9 @@ class AgentColumns:
             _clear(self.sends)
 
 
-def _clear(journal: tuple[list[Any], ...]) -> None:
+def _clear(journal: tuple[Any, ...]) -> None:
     for part in journal:
-        part.clear()
+        del part[:]
 
 
 def _where(agents: list[int]) -> list[int] | np.ndarray:
@@ -120,7 +121,7 @@ def _where(agents: list[int]) -> list[int] | np.ndarray:
     return np.frombuffer(array("q", agents), dtype=np.int64)
 
 
-def _add(column: array[Any], where: list[int] | np.ndarray, amounts: list[int] | list[float] | None) -> None:
+def _add(column: array[Any], where: list[int] | np.ndarray, amounts: list[int] | array[float] | None) -> None:
     """``column[where[i]] += amounts[i]`` (1 when ``amounts`` is None), in order
     (``where``: from :func:`_where`)."""
     if type(where) is list:
@@ -133,5 +134,8 @@ def _add(column: array[Any], where: list[int] | np.ndarray, amounts: list[int] |
         return
     typecode = column.typecode
     dtype = np.float64 if typecode == "d" else np.int64
-    add = 1 if amounts is None else np.frombuffer(array(typecode, amounts), dtype=dtype)
+    if amounts is None:
+        add: Any = 1
+    else:
+        add = np.frombuffer(amounts if type(amounts) is array else array(typecode, amounts), dtype=dtype)
     np.add.at(np.frombuffer(column, dtype=dtype), where, add)

@@ -92,13 +92,14 @@ class Ledger:
         self.tokens_out += tout
         self.cost_usd += cost
         self.llm_time_s += reply.latency_s
-        agents, tins, touts, costs = self.agent_columns.calls  # journaled: see AgentColumns
+        columns = self.agent_columns
+        agents, tins, touts, costs = columns.calls  # journaled: see AgentColumns
         agents.append(agent)
         tins.append(tin)
         touts.append(tout)
         costs.append(cost)
         if len(agents) >= FOLD_AT:
-            self.agent_columns.fold()
+            columns.fold()
         stage = self._stages.get(reply.stage)
         if stage is None:
             stage = self._stages[reply.stage] = [0, 0, 0, 0.0]
@@ -106,6 +107,30 @@ class Ledger:
         stage[1] += tin
         stage[2] += tout
         stage[3] += cost
+
+    def record_call(self, agent: int, tokens_in: int, tokens_out: int, cost: float, latency: float, stage: str) -> None:
+        """Account one LLM call given by its figures (:meth:`record_llm` without a reply,
+        written out again as the simulation runs it once per call)."""
+        self.llm_calls += 1
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+        self.cost_usd += cost
+        self.llm_time_s += latency
+        columns = self.agent_columns
+        agents, tins, touts, costs = columns.calls
+        agents.append(agent)
+        tins.append(tokens_in)
+        touts.append(tokens_out)
+        costs.append(cost)
+        if len(agents) >= FOLD_AT:
+            columns.fold()
+        sums = self._stages.get(stage)
+        if sums is None:
+            sums = self._stages[stage] = [0, 0, 0, 0.0]
+        sums[0] += 1
+        sums[1] += tokens_in
+        sums[2] += tokens_out
+        sums[3] += cost
 
     def part(self, agents: slice | np.ndarray) -> dict[str, Any]:
         """What this ledger holds about ``agents`` (a slice of ids or an array of

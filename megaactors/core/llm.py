@@ -226,3 +226,51 @@ class SimulatedLLM:
         reply.cost_usd = (tokens_in * per_m_in + tokens_out * per_m_out) / 1e6
         reply.text = reply.failed = None
         return reply
+
+    def draw(
+        self, agent: int, call_index: int, request: LLMRequest, memory_tokens: int, new_tokens: int
+    ) -> tuple[int, int, float, float]:
+        """:meth:`complete`'s prompt tokens, output tokens, latency and dollars, without
+        the reply (see :meth:`reply_of`): the same computation, written out again as
+        this runs once per call of the simulation."""
+        system, default_out, median, sigma, per_token, prefill, per_m_in, per_m_out = self._constants
+        tokens_in = system + memory_tokens + new_tokens
+        if tokens_in < SHARED_BELOW:
+            tokens_in = SHARED_COUNTS[tokens_in]
+        tokens_out = request.output_tokens
+        if tokens_out is None:
+            tokens_out = default_out
+        if sigma:  # stream_normal(seed, agent, call_index), inlined
+            x = hash((self.seed, 0, agent, call_index)) & _MASK
+            x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+            x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+            x ^= x >> 31
+            z = _sqrt(-2.0 * _log(((x >> 32) + 0.5) / 4294967296.0)) * _cos(
+                _TWO_PI * ((x & 0xFFFFFFFF) + 0.5) / 4294967296.0
+            )
+            base = median * _exp(sigma * z)
+        else:
+            base = median
+        if prefill:
+            base += tokens_in * prefill
+        return (
+            tokens_in,
+            tokens_out,
+            base + tokens_out * per_token,
+            (tokens_in * per_m_in + tokens_out * per_m_out) / 1e6,
+        )
+
+    def reply_of(self, call_index: int, request: LLMRequest, tokens_in: int, latency_s: float) -> LLMReply:
+        """The reply :meth:`complete` gives call ``call_index`` of ``request``, from the prompt
+        tokens and latency :meth:`draw` gave it: nothing drawn again."""
+        constants = self._constants
+        tokens_out = request.output_tokens
+        if tokens_out is None:
+            tokens_out = constants[1]
+        reply = _new(LLMReply)
+        reply.tokens_in, reply.tokens_out = tokens_in, tokens_out
+        reply.stage, reply.call_index = request.stage, call_index
+        reply.latency_s = latency_s
+        reply.cost_usd = (tokens_in * constants[6] + tokens_out * constants[7]) / 1e6
+        reply.text = reply.failed = None
+        return reply

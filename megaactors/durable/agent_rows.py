@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from megaactors.core.agent import Phase
+from megaactors.core.agent import Agent, Phase
 from megaactors.core.behaviour import LLMRequest, Send, ToolCall
 from megaactors.core.llm import LLMReply, SimulatedLLM
 from megaactors.durable.state_codec import (
@@ -98,8 +98,13 @@ def encode_agent_rows(
     other: dict[int, Any] = {}
     if flown + types.count(type(None)) != len(pending):
         other = _other_pending(state, ids, pending)
-    replies = [p[1] for p in flying]
-    events = [p[2] for p in flying]  # each call in flight holds its event
+    if [len(p) for p in flying].count(3) == len(flying):  # none in the lean form (see sim_state.LLMInFlight)
+        replies = [p[1] for p in flying]
+        new_tokens, tokens_out = [p[0] for p in flying], [r.tokens_out for r in replies]
+        stages, events = [r.stage for r in replies], [p[2] for p in flying]  # each call holds its event
+    else:
+        replies = []  # the lean form is the plain path's: no provider model
+        new_tokens, tokens_out, stages, events = _flight_columns([chosen[i] for i in at], flying)
     provider: dict[str, Any] = {}
     if state.limits is not None:
         provider["calls"] = int64s([a.calls for a in chosen])
@@ -113,9 +118,9 @@ def encode_agent_rows(
         "batch_tokens": int64s([a.batch_tokens for a in chosen]),
         "llm": [
             int64s(at),
-            [p[0] for p in flying],
-            int64s([r.tokens_out for r in replies]),
-            uniform([r.stage for r in replies]),
+            new_tokens,
+            int64s(tokens_out),
+            uniform(stages),
             float64s([e[0] for e in events]),
             int64s([e[1] for e in events]),
         ],
@@ -137,6 +142,25 @@ def _outboxes(chosen: Sequence[Any]) -> dict[int, Any]:
     if not [a for a in chosen if a.outbox]:
         return {}
     return {i: [encode_send(s) for s in a.outbox] for i, a in enumerate(chosen) if a.outbox}
+
+
+def _flight_columns(agents: list[Agent], flying: Sequence[Any]) -> tuple[list[int], list[int], list[str], list[Any]]:
+    """New tokens, output tokens, stages and events of calls in flight, in the lean form
+    (the event alone, see :data:`~megaactors.runtime.sim_state.LLMInFlight`) or not."""
+    new_tokens, tokens_out, stages, events = [], [], [], []
+    for a, p in zip(agents, flying, strict=True):
+        if len(p) == 3:
+            n, reply, event = p
+            out, stage = reply.tokens_out, reply.stage
+        else:
+            r = p[3]
+            n = a.batch_tokens if r.new_tokens is None else r.new_tokens
+            out, stage, event = r.output_tokens, r.stage, p
+        new_tokens.append(n)
+        tokens_out.append(out)
+        stages.append(stage)
+        events.append(event)
+    return new_tokens, tokens_out, stages, events
 
 
 def _other_pending(state: SimState, ids: list[int], pending: Sequence[Any]) -> dict[int, Any]:
@@ -191,7 +215,11 @@ def load_agent_rows(
                 p = a.pending
                 if type(p) is not tuple:
                     raise StateError(f"agent {aid}: its memory builds on an LLM call that was not in flight")
-                a.remember_call(p[0], p[1].tokens_out, window)
+                if len(p) == 3:
+                    a.remember_call(p[0], p[1].tokens_out, window)
+                else:  # the lean form
+                    r = p[3]
+                    a.remember_call(a.batch_tokens if r.new_tokens is None else r.new_tokens, r.output_tokens, window)
     calls = state.ledger.per_agent["llm_calls"]  # an agent's calls, counted where they are paid
     for aid, phase, data, batch_tokens in zip(
         ids, rows["state"], rows["data"], array("q", rows["batch_tokens"]), strict=True

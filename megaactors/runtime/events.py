@@ -23,11 +23,17 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable
+from operator import itemgetter
 
 __all__ = ["Event", "EventQueue", "superstep_end"]
 
 Event = tuple[float, int, int]
-"""``(time, sequence, agent)``."""
+"""``(time, sequence, agent)``. The event of an LLM call in flight on the simulation's
+plain path carries more items, its request, latency and prompt tokens (the call's record:
+see :data:`~megaactors.runtime.sim_state.LLMInFlight`); only the first three are read
+as the event."""
+
+_EVENT = itemgetter(0, 1, 2)
 
 
 def superstep_end(t: float, step_s: float) -> float:
@@ -115,12 +121,12 @@ class EventQueue:
         return event
 
     def events(self) -> list[Event]:
-        """Every pending event, in no particular order."""
+        """Every pending event as ``(time, sequence, agent)``, in no particular order."""
         pending = self.current[self.index :]
         pending.extend(self.soon)
         for bucket in self.buckets.values():
             pending.extend(bucket)
-        return pending
+        return list(map(_EVENT, pending))
 
     def __len__(self) -> int:
         return len(self.current) - self.index + len(self.soon) + sum(map(len, self.buckets.values()))

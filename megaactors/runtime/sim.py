@@ -22,12 +22,14 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from heapq import heappop
 from itertools import repeat
 from typing import Any
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
 from megaactors.core.behaviour import NOTHING, UNCHANGED, AgentContext, Behaviour, Effects, LLMRequest
+from megaactors.core.ledger import Ledger
 from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Batch, Packet
 from megaactors.core.organisation import Organisation
@@ -121,6 +123,14 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
         self._plain_llm = self._llm_slots is None and core.provider is None and core.llm_observer is None
         """Whether a call starts at once (:meth:`_call_llm_now`): no slot, provider model
         or observer of paid calls is set."""
+        self._lean = type(core.llm) is SimulatedLLM and type(core.ledger) is Ledger
+        """Whether a plain call in flight is its event alone (the lean form, see
+        :data:`~megaactors.runtime.sim_state.LLMInFlight`), accounted by
+        :meth:`Ledger.record_call <megaactors.core.ledger.Ledger.record_call>`."""
+        self._reply_of = core.llm.reply_of if self._lean else None
+        self._lean_draw = core.llm.draw if self._lean else None
+        self._full_requests: dict[int, tuple[LLMRequest, LLMRequest]] = {}
+        """id of a request without output tokens -> (it, the same with the model's default)."""
 
     def _open_mail(self) -> None:
         """In-queues for the agents as they are (empty channel logs)."""
@@ -169,7 +179,8 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
         causes (deliveries, wake-ups, new batches); False when nothing was left to run."""
         if not self._events:
             return False
-        t, _, aid = self._events.pop()
+        event = self._events.pop()
+        t, aid = event[0], event[2]
         self.now = t
         if self.observer is not None:
             self.observer.events.append(aid)
@@ -193,7 +204,8 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
             # EventQueue.pop, inlined: the current bucket read in place, or its side heap
             current, i = events.current, events.index
             if soon and (i == len(current) or soon[0] < current[i]):
-                t, _, aid = soon[0]
+                event = soon[0]
+                t, aid = event[0], event[2]
                 if t >= until:
                     break
                 pop_soon(soon)
@@ -202,7 +214,8 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
                     if not events.refill():
                         break
                     current, i = events.current, 0
-                t, _, aid = current[i]
+                event = current[i]
+                t, aid = event[0], event[2]
                 if t >= until:
                     break
                 events.index = i + 1
@@ -325,12 +338,21 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
             ledger.peak_llm_in_flight = in_flight
         new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
         index, aid = a.calls, a.id
-        reply = self._draw(aid, index, request, sum(a.memory), new_tokens)
         a.calls = index + 1
-        ledger.record_llm(aid, reply)
         seq = self._seq = self._seq + 1
-        event = (self.now + reply.latency_s, seq, aid)
-        a.pending = (new_tokens, reply, event)
+        event: Any  # an Event, grown in the lean form
+        if self._lean:  # the lean form: only the event lives on (see sim_state.LLMInFlight)
+            tokens_in, tokens_out, latency, cost = self._lean_draw(aid, index, request, sum(a.memory), new_tokens)  # type: ignore[misc]
+            ledger.record_call(aid, tokens_in, tokens_out, cost, latency, request.stage)
+            if request.output_tokens is None:
+                known = self._full_requests.get(id(request))
+                request = known[1] if known is not None else self._full_request(request)
+            event = a.pending = (self.now + latency, seq, aid, request, latency, tokens_in)
+        else:
+            reply = self._draw(aid, index, request, sum(a.memory), new_tokens)
+            ledger.record_llm(aid, reply)
+            event = (self.now + reply.latency_s, seq, aid)
+            a.pending = (new_tokens, reply, event)
         events = self._events  # EventQueue.push, inlined when the event's bucket exists
         key = int(event[0] * events.inverse_width)
         bucket = events.buckets.get(key) if key > events.current_key else None
@@ -338,6 +360,18 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
             bucket.append(event)
         else:
             events.push(event)
+
+    def _full_request(self, request: LLMRequest) -> LLMRequest:
+        """``request`` with the model's default output tokens set, made once per request
+        (behaviours mostly return a few constant ones; beyond 64, a new one each time)."""
+        full = self._full_requests  # an entry keeps its request alive: no other object has its id
+        known = full.get(id(request))
+        if known is not None:
+            return known[1]
+        filled = replace(request, output_tokens=self.llm.tokens.output_tokens)
+        if len(full) < 64:
+            full[id(request)] = (request, filled)
+        return filled
 
     def _complete(self, a: Agent) -> None:
         """An LLM call or a tool call of ``a`` finished now."""
@@ -351,14 +385,19 @@ class SimRuntime(ProviderCalls, ToolCalls, SimQueues, SimPlacement, SimSnapshots
             return
         core = self.core
         core.in_flight -= 1
-        new_tokens, reply, _ = pending
+        memory = a.memory
+        if len(pending) > 3:  # the lean form (see sim_state.LLMInFlight): the reply made now
+            request = pending[3]
+            new_tokens = a.batch_tokens if request.new_tokens is None else request.new_tokens
+            reply = self._reply_of(a.calls - 1, request, pending[5], pending[4])  # type: ignore[misc]
+        else:
+            new_tokens, reply, _ = pending
         slots = self._llm_slots
         if slots is not None:
             nxt = slots.release(a)
             if nxt is not None:
                 self._call_llm(nxt[0], nxt[0].pending, admitted=True)
         # Interpreter.reply_effects (and .context), inlined: this runs once per LLM call
-        memory = a.memory
         if new_tokens:
             memory.append(new_tokens)
         memory.append(reply.tokens_out)

@@ -8,8 +8,8 @@ events, message ids, LLM call indices and ledger, float for float). A durable ru
 encodes it (:mod:`megaactors.durable.state`) and never reads the runtime's internals.
 
 What an agent waits for (``Agent.pending``) is one of: ``None``; :data:`START` (its
-start effects wait for the serial token); an :data:`LLMInFlight` tuple; a
-:class:`ToolInFlight`; an :class:`LLMRetry` (its call waits to try again under the
+start effects wait for the serial token); an :data:`LLMInFlight` tuple (or its lean
+form); a :class:`ToolInFlight`; an :class:`LLMRetry` (its call waits to try again under the
 provider model); or the :class:`~megaactors.core.behaviour.LLMRequest` it
 waits to issue while every LLM slot is taken.
 
@@ -53,7 +53,16 @@ START = _Start()
 
 LLMInFlight = tuple[int, "LLMReply", "Event"]
 """``Agent.pending`` of an agent whose LLM call is in flight: the call's new prompt
-tokens, its reply (due at the event's time) and the event that delivers it."""
+tokens, its reply (due at the event's time) and the event that delivers it.
+
+The lean form (a call on the simulation's plain path, under a
+:class:`~megaactors.core.llm.SimulatedLLM`) is the event alone, grown by the request
+(its output tokens set), the latency and the prompt tokens drawn: ``(time, sequence,
+agent, request, latency, prompt tokens)``. The new tokens are the request's (the
+batch's when None) and the reply is
+:meth:`~megaactors.core.llm.SimulatedLLM.reply_of` call ``calls - 1``, made when the
+call ends: no per-call object but the event (read warm as it comes due) and its
+latency lives across the call's latency, to be freed cold."""
 
 
 class ToolInFlight:
