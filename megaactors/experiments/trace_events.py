@@ -19,9 +19,9 @@ at most ``max_flows`` arrows are written (the first ones in time). The file's
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from megaactors.core.agent import Phase
 from megaactors.core.behaviour import ToolCall
@@ -55,10 +55,16 @@ class TraceRecorder:
         self.events: list[int] = _Ignored()
         self.llm_calls: list[tuple[int, float, LLMReply]] = []
         self.tool_calls: list[tuple[int, float, str]] = []
-        self.sends: list[tuple[Packet, bool]] = []
+        self.sends: list[list[Packet] | bool] = []
+        """Each send's packets, then whether it was a broadcast (the postman appends them)."""
 
-    def stamped(self, packets: list[Packet], broadcast: bool) -> None:
-        self.sends += [(p, broadcast) for p in packets]
+    def stamped(self) -> Iterator[tuple[Packet, bool]]:
+        """Every packet stamped so far, with whether its send was a broadcast."""
+        sends = self.sends
+        groups, flags = cast("list[list[Packet]]", sends[::2]), cast("list[bool]", sends[1::2])
+        for packets, broadcast in zip(groups, flags, strict=True):
+            for packet in packets:
+                yield packet, broadcast
 
     def touched(self, agent: int) -> None:
         return None
@@ -138,7 +144,7 @@ def write_trace_events(
             events.append({"ph": "i", "s": "t", "name": f"tool {name}", "cat": "tool", "pid": _process_of(org, agent),
                            "tid": agent, "ts": t * US})  # fmt: skip
     flows = left_out = 0
-    for packet, broadcast in recorder.sends:
+    for packet, broadcast in recorder.stamped():
         sender = packet.sender
         recipients = list(packet.recipients) or (org.peers(sender, packet.channel) if broadcast else [])
         for i, recipient in enumerate(recipients):
