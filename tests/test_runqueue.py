@@ -54,7 +54,7 @@ def test_a_killed_worker_s_run_is_resumed_by_another(db: str) -> None:
     with open_store(db, create=True) as store:
         queue = RunQueue(store)
         ids = [queue.submit(s, {"step_s": 0.25}) for s in SPECS]
-    victim = worker(db, "--lease", "0.6", "--max-runs", "1")
+    victim = worker(db, "--lease", "5", "--max-runs", "1")  # renewed in time on a loaded machine
 
     def checkpointed() -> bool:
         with open_store(db, readonly=True) as s:
@@ -62,7 +62,7 @@ def test_a_killed_worker_s_run_is_resumed_by_another(db: str) -> None:
 
     wait_for(checkpointed)
     victim.send_signal(signal.SIGKILL)
-    victim.wait()
+    victim_log = victim.communicate()[1]
     with open_store(db, readonly=True) as s:
         (killed,) = [r for r in s.list_runs() if r.status == "running"]
         killed_step = killed.step
@@ -78,7 +78,7 @@ def test_a_killed_worker_s_run_is_resumed_by_another(db: str) -> None:
         result = dict(run.result)
         result.pop("wall_s")
         assert result == reference(spec), run_id
-    assert runs[killed.run_id].attempts == 2 and runs[killed.run_id].fence == 2
+    assert runs[killed.run_id].attempts == 2 and runs[killed.run_id].fence == 2, (victim_log, logs)
     assert f"claimed run {killed.run_id!r} (fence 2)" in "".join(logs)
     steps = [c.step for c in history]
     assert steps == list(range(steps[-1] + 1)) and killed_step in steps  # one line of super-steps, no gap
