@@ -10,6 +10,8 @@ imported things in."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,21 @@ def test_the_core_imports_no_runtime_durable_or_experiment(layer: str) -> None:
     for name, edges in GRAPH.items():
         if name == layer or name.startswith(layer + "."):
             assert not [e for e in edges if e.startswith(higher)], name
+
+
+def test_the_command_line_starts_without_loading_the_libraries_of_a_few_commands() -> None:
+    """Every command builds the whole parser (each command's module is imported), so a
+    library only some commands use (SciPy for the reproduction's statistics, plots,
+    data frames, Ray, PostgreSQL's driver) is imported where it is used: it would add
+    seconds to every start, ``--help`` and one-line refusal included."""
+    probe = (
+        "import sys\n"
+        "from megaactors.cli import build_parser\n"
+        "build_parser()\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    loaded = set(out.stdout.split())
+    assert "megaactors" in loaded
+    heavy = {"scipy", "matplotlib", "pandas", "ray", "psycopg", "opentelemetry", "nbformat", "networkx"}
+    assert not loaded & heavy, sorted(loaded & heavy)

@@ -5,6 +5,9 @@ Student-t 95 % confidence interval of the mean). :func:`compare_models` fits mak
 against N with the candidate laws of the §3.4 discussion (tree depth, log N, √N, N,
 a power law) by least squares and ranks them by AIC and BIC (Gaussian errors; every
 seed's run is one point).
+
+SciPy is imported by the functions that use it: every command line loads this module
+(through the ``reproduce`` command's defaults), and SciPy takes seconds to import.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
 
 __all__ = ["MODELS", "compare_models", "interval"]
 
@@ -30,6 +32,8 @@ def interval(values: Sequence[float], level: float = 0.95) -> dict[str, Any]:
     if len(v) < 2 or float(v.std(ddof=1)) == 0.0:
         lo = hi = mean
     else:
+        from scipy import stats
+
         half = float(stats.t.ppf(0.5 + level / 2, len(v) - 1)) * float(v.std(ddof=1)) / math.sqrt(len(v))
         lo, hi = mean - half, mean + half
         if v.min() >= 0:  # a quantity that cannot be negative: nor can its interval
@@ -59,6 +63,8 @@ def _linear(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, dict[str, float]]
 
 
 def _power(n: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+    from scipy import optimize
+
     guess_b, guess_log_a = np.polyfit(np.log(n), np.log(np.maximum(y, 1e-9)), 1)
     try:
         (a, b), cov = optimize.curve_fit(
