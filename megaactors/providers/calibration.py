@@ -8,13 +8,18 @@ latency model ``latency = median_s·exp(sigma·z) + prefill_s_per_token·input_t
 per_output_token_s·output_tokens`` from the answered calls:
 
 1. the per-token slopes and the median by **median regression** (least absolute
-   deviations by iteratively reweighted least squares): ``median_s·exp(sigma·z)`` is
+   deviations, solved exactly as a linear program): ``median_s·exp(sigma·z)`` is
    independent of the token counts, so the conditional median of the latency is
-   ``median_s + prefill·input + decode·output`` and outliers weigh little;
+   ``median_s + prefill·input + decode·output`` and outliers weigh little; a token
+   count that never changes gets no slope;
 2. the **lognormal fit of the residual** ``latency - prefill·input - decode·output``:
    ``median_s`` is the exponential of the median of its logarithm, ``sigma`` the
    robust scale (1.4826 × median absolute deviation) of that logarithm;
 3. standard errors of all four by a seeded bootstrap.
+
+Every step is exact or correctly rounded (rational and decimal arithmetic where it
+matters), so a log gives the same model file, to the bit, whichever BLAS kernels,
+vector maths or thread count the CPU gets.
 
 It also summarises the output-token distribution and the rates of 429s, server
 errors and timeouts among all attempts. :func:`save_model` writes the model file
