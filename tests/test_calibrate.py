@@ -15,7 +15,8 @@ import pytest
 from scipy.optimize import linprog
 
 from megaactors.errors import ParameterError
-from megaactors.providers.calibration import _median_regression, fit, read_call_logs, save_model
+from megaactors.providers.calibration import fit, read_call_logs, save_model
+from megaactors.providers.median_regression import median_regression
 from megaactors.providers.presets import LATENCY_PRESETS, latency_model
 
 TRUE = {"median_s": 0.8, "sigma": 0.5, "prefill_s_per_token": 2e-4, "per_output_token_s": 0.02}
@@ -152,7 +153,7 @@ def test_the_median_regression_is_an_exact_least_absolute_deviations_fit() -> No
     def cost(b: np.ndarray) -> float:
         return float(np.abs(y - x @ b).sum())
 
-    b = np.array(_median_regression(x, y))
+    b = np.array(median_regression(x, y))
     assert np.sort(np.abs(y - x @ b))[:3].max() < 1e-12  # a vertex: through three calls
     # the primal program, solved by another method, reaches the same least sum of deviations
     n = len(y)
@@ -168,8 +169,11 @@ def test_the_median_regression_is_an_exact_least_absolute_deviations_fit() -> No
         assert cost(b) < min(cost(b + step), cost(b - step))
     # a call drawn k times weighs k: the bootstrap's weighted fit is the fit of the repeated rows
     weights = rng.integers(1, 4, n)
-    repeated = _median_regression(np.repeat(x, weights, axis=0), np.repeat(y, weights))
-    assert _median_regression(x, y, weights) == repeated != list(b)
+    repeated = median_regression(np.repeat(x, weights, axis=0), np.repeat(y, weights))
+    assert median_regression(x, y, weights) == repeated != list(b)
+    # started near a guess (the rows far from it folded into two sums), the answer is the same
+    for guess in (list(b), [0.0, 0.0, 0.0], [50.0, -1.0, 3.0]):
+        assert median_regression(x, y, weights, near=guess) == repeated
 
 
 def test_a_token_count_that_never_changes_gets_no_slope(tmp_path: Path) -> None:

@@ -34,14 +34,13 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linprog
 
 from megaactors.errors import ParameterError
+from megaactors.providers.median_regression import median_regression
 from megaactors.providers.presets import MODEL_FORMAT, MODEL_VERSION
 from megaactors.safe_files import Directory
 
@@ -136,82 +135,25 @@ def _answered(log: CallLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(log.latency_s)[ok], tin, tout
 
 
-def _median_regression(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> list[float]:
-    """The coefficients ``b`` that minimise ``sum(weights·|y - x·b|)``: least absolute
-    deviations as a linear program.
-
-    HiGHS' dual simplex solves the dual, maximise ``y·d`` subject to ``xᵀd = 0`` and
-    ``|d| ≤ weights``; an optimal vertex of the primal passes exactly through as many
-    rows as it has coefficients, and ``b`` is solved from those rows in exact rational
-    arithmetic. No BLAS kernel (chosen by CPU) or thread count reaches the result: it
-    is the same float wherever it runs.
-    """
-    scale = np.maximum(np.abs(x).max(axis=0), 1.0)  # columns of similar size for the solver
-    bound = np.ones(len(y)) if weights is None else weights
-    solved = linprog(
-        -y,
-        A_eq=(x / scale).T,
-        b_eq=np.zeros(x.shape[1]),
-        bounds=np.column_stack([-bound, bound]),
-        method="highs-ds",
-        options={"presolve": False},
-    )
-    if solved.status != 0:
-        raise ParameterError(f"the median regression failed: {solved.message}")
-    approximate = -solved.eqlin.marginals / scale
-    nearest = np.argsort(np.abs(y - x @ approximate), kind="stable")  # the interpolated rows first
-    rows = _independent_rows((x[i] for i in nearest), x.shape[1])
-    if rows is None:
-        raise ParameterError("the token counts are collinear: the latency's dependence on each cannot be told apart")
-    return [float(b) for b in _solve_exactly([x[nearest[i]] for i in rows], [y[nearest[i]] for i in rows])]
-
-
-def _independent_rows(rows: Iterable[np.ndarray], wanted: int) -> list[int] | None:
-    """The positions of the first ``wanted`` linearly independent ``rows`` (exactly), or
-    None if there are fewer."""
-    echelon: list[tuple[int, list[Fraction]]] = []
-    chosen = []
-    for position, row in enumerate(rows):
-        reduced = [Fraction(float(v)) for v in row]
-        for column, other in echelon:
-            if reduced[column]:
-                factor = reduced[column] / other[column]
-                reduced = [a - factor * b for a, b in zip(reduced, other, strict=True)]
-        lead = next((j for j, v in enumerate(reduced) if v), None)
-        if lead is not None:
-            echelon.append((lead, reduced))
-            chosen.append(position)
-            if len(chosen) == wanted:
-                return chosen
-    return None
-
-
-def _solve_exactly(a: list[np.ndarray], b: list[float]) -> list[Fraction]:
-    """The solution of the square, non-singular system ``a·x = b`` in rationals."""
-    m = [[Fraction(float(v)) for v in row] + [Fraction(float(r))] for row, r in zip(a, b, strict=True)]
-    n = len(m)
-    for col in range(n):
-        pivot = next(r for r in range(col, n) if m[r][col])
-        m[col], m[pivot] = m[pivot], m[col]
-        for r in range(n):
-            if r != col and m[r][col]:
-                factor = m[r][col] / m[col][col]
-                m[r] = [u - factor * v for u, v in zip(m[r], m[col], strict=True)]
-    return [m[i][n] / m[i][i] for i in range(n)]
-
-
-def _latency_fit(tin: np.ndarray, tout: np.ndarray, lat: np.ndarray, weights: np.ndarray | None = None) -> list[float]:
+def _latency_fit(
+    tin: np.ndarray,
+    tout: np.ndarray,
+    lat: np.ndarray,
+    weights: np.ndarray | None = None,
+    near: list[float] | None = None,
+) -> tuple[list[float], list[float]]:
     """``[median_s, sigma, prefill, decode]`` of the answered calls, each counted
-    ``weights`` (positive integers: a bootstrap resample) times or once. A token column that never changes
-    cannot be told from the median: its slope is 0."""
-    columns = [np.ones_like(lat)]
+    ``weights`` (positive integers: a bootstrap resample) times or once, and the median
+    regression's coefficients (a resample's fit starts ``near`` those of the whole log).
+    A token column that never changes cannot be told from the median: its slope is 0."""
     varying = [bool(np.ptp(t) > 0) for t in (tin, tout)]
-    columns += [t for t, v in zip((tin, tout), varying, strict=True) if v]
-    b = iter(_median_regression(np.column_stack(columns), lat, weights)[1:])
+    x = np.column_stack([np.ones_like(lat), *(t for t, v in zip((tin, tout), varying, strict=True) if v)])
+    coefficients = median_regression(x, lat, weights, near if near is not None and len(near) == x.shape[1] else None)
+    b = iter(coefficients[1:])
     prefill, decode = (max(0.0, next(b)) if v else 0.0 for v in varying)
     base = lat - prefill * tin - decode * tout
     median_s, sigma = _lognormal(base if weights is None else np.repeat(base, weights))
-    return [median_s, sigma, prefill, decode]
+    return [median_s, sigma, prefill, decode], coefficients
 
 
 def _lognormal(base: np.ndarray) -> tuple[float, float]:
@@ -262,13 +204,13 @@ def fit(log: CallLog, *, min_calls: int = 10, seed: int = 0) -> dict[str, Any]:
     if int(ok.sum()) < min_calls:
         raise ParameterError(f"the call log has {int(ok.sum())} answered call(s); fitting needs at least {min_calls}")
     lat, tin, tout = _answered(log)
-    params = _latency_fit(tin, tout, lat)
+    params, coefficients = _latency_fit(tin, tout, lat)
     rng = np.random.default_rng(seed)
     boots = []
     for _ in range(_BOOTSTRAP):
         counts = np.bincount(rng.integers(0, len(lat), len(lat)), minlength=len(lat))
         drawn = counts > 0  # each drawn call once, weighted by how often it was drawn
-        boots.append(_latency_fit(tin[drawn], tout[drawn], lat[drawn], counts[drawn]))
+        boots.append(_latency_fit(tin[drawn], tout[drawn], lat[drawn], counts[drawn], coefficients)[0])
     errors = [statistics.stdev(column) for column in zip(*boots, strict=True)]  # exact rational sums
     attempts = len(status)
     span = max(log.ts) - min(log.ts) if log.ts else 0.0
