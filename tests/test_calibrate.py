@@ -185,6 +185,13 @@ def test_a_token_count_that_never_changes_gets_no_slope(tmp_path: Path) -> None:
     assert model["median_s"] == pytest.approx(0.8, rel=0.1)
 
 
+def test_token_counts_in_proportion_are_refused(tmp_path: Path) -> None:
+    log = read_call_logs([synthetic_log(tmp_path / "c.jsonl", 200)])
+    log.output_tokens = [None if t is None else 2 * t for t in log.input_tokens]
+    with pytest.raises(ParameterError, match="the token counts are collinear"):
+        fit(log)
+
+
 def _blas_settings() -> list[dict[str, str]]:
     """Environments that make OpenBLAS pick other kernels (or threads) and numpy other
     vector maths, among those this CPU can run."""
