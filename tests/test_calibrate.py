@@ -4,15 +4,19 @@ by line, and the model file drives runs through --llm-model (a real subprocess).
 from __future__ import annotations
 
 import json
+import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.optimize import linprog
 
 from megaactors.errors import ParameterError
 from megaactors.providers.calibration import fit, read_call_logs, save_model
+from megaactors.providers.median_regression import median_regression
 from megaactors.providers.presets import LATENCY_PRESETS, latency_model
 
 TRUE = {"median_s": 0.8, "sigma": 0.5, "prefill_s_per_token": 2e-4, "per_output_token_s": 0.02}
@@ -139,3 +143,81 @@ def test_the_presets_set_all_four_numbers() -> None:
     for preset in LATENCY_PRESETS.values():
         assert preset.median_s > 0 and preset.sigma > 0 and preset.prefill_s_per_token > 0
         assert preset.per_output_token_s > 0
+
+
+def test_the_median_regression_is_an_exact_least_absolute_deviations_fit() -> None:
+    rng = np.random.default_rng(5)
+    x = np.column_stack([np.ones(400), rng.integers(0, 1000, 400), rng.integers(0, 50, 400)]).astype(float)
+    y = 0.5 + 1e-3 * x[:, 1] + 0.02 * x[:, 2] + rng.standard_cauchy(400)  # heavy tails
+
+    def cost(b: np.ndarray) -> float:
+        return float(np.abs(y - x @ b).sum())
+
+    b = np.array(median_regression(x, y))
+    assert np.sort(np.abs(y - x @ b))[:3].max() < 1e-12  # a vertex: through three calls
+    # the primal program, solved by another method, reaches the same least sum of deviations
+    n = len(y)
+    primal = linprog(
+        np.r_[np.zeros(3), np.ones(2 * n)],
+        A_eq=np.hstack([x, np.eye(n), -np.eye(n)]),
+        b_eq=y,
+        bounds=[(None, None)] * 3 + [(0, None)] * (2 * n),
+        method="highs-ipm",
+    )
+    assert cost(b) == pytest.approx(primal.fun, rel=1e-9)
+    for step in np.diag([1e-4, 1e-7, 1e-6]):
+        assert cost(b) < min(cost(b + step), cost(b - step))
+    # a call drawn k times weighs k: the bootstrap's weighted fit is the fit of the repeated rows
+    weights = rng.integers(1, 4, n)
+    repeated = median_regression(np.repeat(x, weights, axis=0), np.repeat(y, weights))
+    assert median_regression(x, y, weights) == repeated != list(b)
+    # started near a guess (the rows far from it folded into two sums), the answer is the same
+    for guess in (list(b), [0.0, 0.0, 0.0], [50.0, -1.0, 3.0]):
+        assert median_regression(x, y, weights, near=guess) == repeated
+
+
+def test_a_token_count_that_never_changes_gets_no_slope(tmp_path: Path) -> None:
+    log = read_call_logs([synthetic_log(tmp_path / "c.jsonl", 1000, per_output_token_s=0.0)])
+    log.output_tokens = [None if t is None else 100 for t in log.output_tokens]
+    model = fit(log)
+    assert model["per_output_token_s"] == 0.0 and model["uncertainty"]["per_output_token_s"] == 0.0
+    assert model["prefill_s_per_token"] == pytest.approx(2e-4, rel=0.1)
+    assert model["median_s"] == pytest.approx(0.8, rel=0.1)
+
+
+def test_token_counts_in_proportion_are_refused(tmp_path: Path) -> None:
+    log = read_call_logs([synthetic_log(tmp_path / "c.jsonl", 200)])
+    log.output_tokens = [None if t is None else 2 * t for t in log.input_tokens]
+    with pytest.raises(ParameterError, match="the token counts are collinear"):
+        fit(log)
+
+
+def _blas_settings() -> list[dict[str, str]]:
+    """Environments that make OpenBLAS pick other kernels (or threads) and numpy other
+    vector maths, among those this CPU can run."""
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    cores = ["Prescott", "Nehalem"] + ["Haswell"] * ("avx2" in flags) + ["SkylakeX"] * ("avx512f" in flags)
+    settings = [{"OPENBLAS_CORETYPE": core, "OPENBLAS_NUM_THREADS": "1"} for core in cores]
+    simd = np.show_config(mode="dicts")["SIMD Extensions"]["found"]
+    return [*settings, {"OPENBLAS_NUM_THREADS": "2", "NPY_DISABLE_CPU_FEATURES": " ".join(simd)}]
+
+
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64")
+    or "openblas" not in np.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"],
+    reason="OpenBLAS core types are x86-64 ones",
+)
+def test_the_model_file_is_the_same_whichever_kernels_the_cpu_selects(tmp_path: Path) -> None:
+    log = synthetic_log(tmp_path / "calls.jsonl", 1000)
+    script = (
+        "import sys; from pathlib import Path; from megaactors.providers.calibration import fit, read_call_logs, "
+        "save_model; save_model(fit(read_call_logs([sys.argv[1]])), Path(sys.argv[2]))"
+    )
+    files = []
+    for i, setting in enumerate(_blas_settings()):
+        out = tmp_path / f"model{i}.json"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENBLAS_", "NPY_", "OMP_"))}
+        done = subprocess.run([sys.executable, "-c", script, str(log), str(out)], env=env | setting, timeout=120)
+        assert done.returncode == 0, setting
+        files.append(out.read_text())
+    assert len(files) >= 3 and files == [files[0]] * len(files)

@@ -8,13 +8,18 @@ latency model ``latency = median_s·exp(sigma·z) + prefill_s_per_token·input_t
 per_output_token_s·output_tokens`` from the answered calls:
 
 1. the per-token slopes and the median by **median regression** (least absolute
-   deviations by iteratively reweighted least squares): ``median_s·exp(sigma·z)`` is
+   deviations, solved exactly as a linear program): ``median_s·exp(sigma·z)`` is
    independent of the token counts, so the conditional median of the latency is
-   ``median_s + prefill·input + decode·output`` and outliers weigh little;
+   ``median_s + prefill·input + decode·output`` and outliers weigh little; a token
+   count that never changes gets no slope;
 2. the **lognormal fit of the residual** ``latency - prefill·input - decode·output``:
    ``median_s`` is the exponential of the median of its logarithm, ``sigma`` the
    robust scale (1.4826 × median absolute deviation) of that logarithm;
 3. standard errors of all four by a seeded bootstrap.
+
+Every step is exact or correctly rounded (rational and decimal arithmetic where it
+matters), so a log gives the same model file, to the bit, whichever BLAS kernels,
+vector maths or thread count the CPU gets.
 
 It also summarises the output-token distribution and the rates of 429s, server
 errors and timeouts among all attempts. :func:`save_model` writes the model file
@@ -25,14 +30,17 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from megaactors.errors import ParameterError
+from megaactors.providers.median_regression import median_regression
 from megaactors.providers.presets import MODEL_FORMAT, MODEL_VERSION
 from megaactors.safe_files import Directory
 
@@ -42,6 +50,7 @@ LATENCY_NAMES = ("median_s", "sigma", "prefill_s_per_token", "per_output_token_s
 _REQUIRED = ("ts", "latency_s", "status", "model")
 _BOOTSTRAP = 100
 _MAD_TO_SIGMA = 1.4826
+_DIGITS = 40  # of the decimal logarithms: far past a float's, so rounded to one exactly
 
 
 @dataclass
@@ -126,33 +135,65 @@ def _answered(log: CallLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(log.latency_s)[ok], tin, tout
 
 
-def _median_regression(x: np.ndarray, y: np.ndarray, start: np.ndarray | None, iterations: int) -> np.ndarray:
-    """Least absolute deviations by iteratively reweighted least squares (from ``start``,
-    or from least squares)."""
-    b = np.linalg.lstsq(x, y, rcond=None)[0] if start is None else start
-    for _ in range(iterations):
-        w = np.sqrt(1.0 / np.maximum(np.abs(y - x @ b), 1e-9))
-        b = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)[0]
-    return b
-
-
 def _latency_fit(
-    tin: np.ndarray, tout: np.ndarray, lat: np.ndarray, start: np.ndarray | None = None, iterations: int = 60
-) -> tuple[np.ndarray, np.ndarray]:
-    """``[median_s, sigma, prefill, decode]`` and the regression's coefficients (a
-    bootstrap resample starts from those of the whole log)."""
-    x = np.column_stack([np.ones_like(lat), tin, tout])
-    scale = np.maximum(x.max(axis=0), 1.0)  # columns of similar size for the solver
-    scaled = _median_regression(x / scale, lat, start, iterations)
-    b = scaled / scale
-    prefill, decode = max(0.0, float(b[1])), max(0.0, float(b[2]))
+    tin: np.ndarray,
+    tout: np.ndarray,
+    lat: np.ndarray,
+    weights: np.ndarray | None = None,
+    near: list[float] | None = None,
+) -> tuple[list[float], list[float]]:
+    """``[median_s, sigma, prefill, decode]`` of the answered calls, each counted
+    ``weights`` (positive integers: a bootstrap resample) times or once, and the median
+    regression's coefficients (a resample's fit starts ``near`` those of the whole log).
+    A token column that never changes cannot be told from the median: its slope is 0."""
+    varying = [bool(np.ptp(t) > 0) for t in (tin, tout)]
+    x = np.column_stack([np.ones_like(lat), *(t for t, v in zip((tin, tout), varying, strict=True) if v)])
+    coefficients = median_regression(x, lat, weights, near if near is not None and len(near) == x.shape[1] else None)
+    b = iter(coefficients[1:])
+    prefill, decode = (max(0.0, next(b)) if v else 0.0 for v in varying)
     base = lat - prefill * tin - decode * tout
-    logs = np.log(base[base > 0])
-    if len(logs) < 2:
+    median_s, sigma = _lognormal(base if weights is None else np.repeat(base, weights))
+    return [median_s, sigma, prefill, decode], coefficients
+
+
+def _lognormal(base: np.ndarray) -> tuple[float, float]:
+    """``median_s`` and ``sigma`` of the positive residuals: the exponential of their
+    logarithms' median, and 1.4826 × those logarithms' median absolute deviation.
+
+    The logarithm is monotone, so both are found by ordering the residuals and their
+    ratios to the median (IEEE-exact operations); only the one or two logarithms the
+    deviation needs are taken, correctly rounded in decimal arithmetic. Vector maths
+    chosen by CPU (as numpy's ``log`` is) never enters.
+    """
+    positive = np.sort(base[base > 0])
+    if len(positive) < 2:
         raise ParameterError("the token counts explain every latency: no positive residual to fit")
-    centre = float(np.median(logs))
-    sigma = _MAD_TO_SIGMA * float(np.median(np.abs(logs - centre)))
-    return np.array([math.exp(centre), sigma, prefill, decode]), scaled
+    low, high = _middle(positive)
+    median = low if low == high else math.sqrt(low * high)
+    deviation = _middle(np.sort(np.maximum(positive / median, median / positive)))  # exp|log(x) - log(median)|
+    with localcontext(prec=_DIGITS):
+        mad = (Decimal(deviation[0]).ln() + Decimal(deviation[1]).ln()) / 2
+    return median, _MAD_TO_SIGMA * float(mad)
+
+
+def _middle(ordered: np.ndarray) -> tuple[float, float]:
+    """The middle value of sorted values, twice, or the two middle ones."""
+    half = len(ordered) // 2
+    return float(ordered[half - 1 + len(ordered) % 2]), float(ordered[half])
+
+
+def _log_moments(tokens: np.ndarray) -> tuple[float, float]:
+    """Mean and standard deviation of the logarithms of positive token counts, in
+    decimal arithmetic (the same on every CPU)."""
+    values, counts = np.unique(tokens[tokens > 0], return_counts=True)
+    if not len(values):
+        return 0.0, 0.0
+    with localcontext(prec=_DIGITS):
+        logs = [(Decimal(int(v)).ln(), int(c)) for v, c in zip(values, counts, strict=True)]
+        n = sum(c for _, c in logs)
+        mean = sum((c * ln for ln, c in logs), Decimal(0)) / n
+        variance = sum((c * (ln - mean) ** 2 for ln, c in logs), Decimal(0)) / n
+        return float(mean), float(variance.sqrt())
 
 
 def fit(log: CallLog, *, min_calls: int = 10, seed: int = 0) -> dict[str, Any]:
@@ -167,12 +208,13 @@ def fit(log: CallLog, *, min_calls: int = 10, seed: int = 0) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     boots = []
     for _ in range(_BOOTSTRAP):
-        pick = rng.integers(0, len(lat), len(lat))
-        boots.append(_latency_fit(tin[pick], tout[pick], lat[pick], coefficients, 15)[0])
-    errors = np.std(np.array(boots), axis=0, ddof=1)
+        counts = np.bincount(rng.integers(0, len(lat), len(lat)), minlength=len(lat))
+        drawn = counts > 0  # each drawn call once, weighted by how often it was drawn
+        boots.append(_latency_fit(tin[drawn], tout[drawn], lat[drawn], counts[drawn], coefficients)[0])
+    errors = [statistics.stdev(column) for column in zip(*boots, strict=True)]  # exact rational sums
     attempts = len(status)
     span = max(log.ts) - min(log.ts) if log.ts else 0.0
-    out_pos = tout[tout > 0]
+    log_mean, log_sigma = _log_moments(tout)
     return {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
@@ -182,8 +224,8 @@ def fit(log: CallLog, *, min_calls: int = 10, seed: int = 0) -> dict[str, Any]:
             "mean": float(tout.mean()),
             "median": float(np.median(tout)),
             "p90": float(np.percentile(tout, 90)),
-            "log_mean": float(np.log(out_pos).mean()) if len(out_pos) else 0.0,
-            "log_sigma": float(np.log(out_pos).std()) if len(out_pos) > 1 else 0.0,
+            "log_mean": log_mean,
+            "log_sigma": log_sigma,
         },
         "input_tokens": {"mean": float(tin.mean()), "median": float(np.median(tin))},
         "rates": {
