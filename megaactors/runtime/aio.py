@@ -49,8 +49,8 @@ from megaactors.core.agent import Agent
 from megaactors.core.behaviour import Behaviour, Effects
 from megaactors.core.organisation import Organisation
 from megaactors.errors import ParameterError
-from megaactors.runtime import aio_messages
 from megaactors.runtime.aio_loops import EVENT_LOOPS, new_event_loop
+from megaactors.runtime.aio_messages import AsyncioMessages
 from megaactors.runtime.aio_shards import Router, check_sharding
 from megaactors.runtime.aio_timers import CoalescedTimers, sleep_future
 from megaactors.runtime.gates import FifoGate
@@ -63,8 +63,9 @@ from megaactors.runtime.result import RunResult
 __all__ = ["EVENT_LOOPS", "AsyncioRuntime", "Router", "new_event_loop"]
 
 
-class AsyncioRuntime(LiveRuntime):
-    """Runs a behaviour over an organisation on one asyncio event loop."""
+class AsyncioRuntime(AsyncioMessages, LiveRuntime):
+    """Runs a behaviour over an organisation on one asyncio event loop (its messages:
+    :class:`~megaactors.runtime.aio_messages.AsyncioMessages`)."""
 
     name = "asyncio"
     applies_faults = True
@@ -347,12 +348,7 @@ class AsyncioRuntime(LiveRuntime):
 
     # ------------------------------------------------------------------ messages
 
-    # taking a batch, responding and delivering: see megaactors.runtime.aio_messages
-    take = aio_messages.take
-    respond = aio_messages.respond
-    queued = aio_messages.queued
-    deliver = aio_messages.deliver
-    receive = aio_messages.receive
+    # taking a batch, responding and delivering: see AsyncioMessages
 
     def wake_soon(self) -> None:
         """Wake the Idle agents among those that received messages, at the end of

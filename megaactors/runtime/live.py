@@ -51,10 +51,10 @@ from megaactors.core.ledger import Ledger
 from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Batch
 from megaactors.core.organisation import Organisation
-from megaactors.runtime import live_calls
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.gc_tuning import paused_gc
 from megaactors.runtime.interpreter import Interpreter, Wait
+from megaactors.runtime.live_calls import LiveCalls
 from megaactors.runtime.live_faults import live_faults_for
 from megaactors.runtime.live_waits import STARTS, Aborted, Acquire, Ask, Cycle, CycleWait, Sleep
 from megaactors.runtime.net_delivery import NetworkState, report
@@ -90,8 +90,9 @@ def is_async_llm(llm: Any) -> bool:
     return inspect.iscoroutinefunction(getattr(llm, "acomplete", None))
 
 
-class LiveRuntime(ABC):
-    """Options, the interpreter and the agent cycle common to every live runtime."""
+class LiveRuntime(LiveCalls, ABC):
+    """Options, the interpreter and the agent cycle common to every live runtime (its LLM
+    and tool calls: :class:`~megaactors.runtime.live_calls.LiveCalls`)."""
 
     name = "live"
     applies_faults = False
@@ -433,11 +434,6 @@ class LiveRuntime(ABC):
                     starting = False
                 if not self.all_started():
                     yield STARTS
-
-    llm_call = live_calls.llm_call
-    """One LLM call: a slot, the call, its latency; then ``on_reply`` (see :mod:`~megaactors.runtime.live_calls`)."""
-    tool_call = live_calls.tool_call
-    """One tool call: its lock, its duration; then ``on_tool`` (see :mod:`~megaactors.runtime.live_calls`)."""
 
     # ------------------------------------------------------------------ result
 
