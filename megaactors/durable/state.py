@@ -180,8 +180,10 @@ class DurableSim(SimRuntime):
         """What changed since the last :meth:`full` or :meth:`delta`."""
         if not self._marked:
             raise StateError("a delta needs a full snapshot first")
-        state, tracker = self.snapshot(), self.tracker
+        state, tracker = self.snapshot(events=False), self.tracker  # listed below only if read
         agents = state.agents
+        if state.network is not None:
+            state.events = self.pending_events()
         columns = _ledger_columns(state)
         # the agents whose record changed: those noted while events ran, and those
         # whose ledger row changed (every per-agent column counts the agent's own acts)
@@ -203,7 +205,7 @@ class DurableSim(SimRuntime):
         at = np.flatnonzero(changed)
         packets = tracker.collect_packets(members_changed=len(state.recruiters) != self._shadow_recruits)
         awake = np.frombuffer(bytes(state.awake), dtype=np.uint8)
-        rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]))
+        rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]), events=self.pending_events)
         llm_at_mark = np.zeros(len(agents), dtype=bool)
         llm_at_mark[: len(self._llm_at_mark)] = self._llm_at_mark
         llm_at_mark[at] = False
