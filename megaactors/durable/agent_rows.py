@@ -32,7 +32,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import compress, repeat
-from operator import attrgetter, is_, itemgetter
+from operator import is_, itemgetter
 from typing import Any
 
 import numpy as np
@@ -55,7 +55,6 @@ from megaactors.runtime.sim_state import START, LLMRetry, SimState, ToolInFlight
 
 __all__ = ["encode_agent_rows", "load_agent_rows"]
 
-_PENDING = attrgetter("pending")
 _THIRD = itemgetter(2)
 _PHASES = tuple(Phase)
 
@@ -87,7 +86,7 @@ def encode_agent_rows(
     half the instructions of ``map`` with an ``attrgetter``, and no tuple per
     record is made to split again). Numbers are packed by :func:`int64s`."""
     chosen = _pick(state.agents, ids)
-    pending = list(map(_PENDING, chosen))
+    pending = [a.pending for a in chosen]
     memory: list[Any]
     if memory_kinds is None:
         memory = [None, [a.memory for a in chosen]]
@@ -108,13 +107,13 @@ def encode_agent_rows(
     batch_tokens = [a.batch_tokens for a in chosen]
     replies: list[LLMReply] = []  # the lean form is the plain path's: no provider model
     due: Sequence[Any] = flying  # the events the calls wait for (a lean call is its event)
-    sizes = set(map(len, flying))
+    sizes = list(map(len, flying))
     lean = None
-    if sizes == {_LEAN}:  # every call in the lean form (see sim_state.LLMInFlight)
+    if flying and sizes.count(_LEAN) == len(sizes):  # every call in the lean form (see sim_state.LLMInFlight)
         lean = _lean_columns(batch_tokens if flown == len(pending) else [batch_tokens[i] for i in at], flying)
     if lean is not None:
         new_tokens, tokens_out, stages = lean
-    elif sizes <= {3}:  # none in the lean form
+    elif sizes.count(3) == len(sizes):  # none in the lean form
         replies = [p[1] for p in flying]
         new_tokens, tokens_out = [p[0] for p in flying], int64s([r.tokens_out for r in replies])
         stages, due = uniform([r.stage for r in replies]), [p[2] for p in flying]  # each call holds its event
@@ -155,29 +154,34 @@ _FEW_REQUESTS = 8
 def _lean_columns(batch_tokens: list[int], flying: Sequence[Any]) -> tuple[list[int], bytes, list[Any]] | None:
     """New tokens, packed output tokens and :func:`uniform` stages of calls in flight
     in the lean form (``batch_tokens``: their agents'), read once per distinct
-    request (a behaviour issues a few request objects again and again) instead of
-    once per call; None when there are more than :data:`_FEW_REQUESTS` of them."""
+    request (a behaviour issues a few request objects again and again), told apart
+    by identity in C (``map`` with ``is_``); None when there are more than
+    :data:`_FEW_REQUESTS` of them."""
     requests = [p[3] for p in flying]
-    distinct = dict(zip(map(id, requests), requests, strict=True))
     n = len(requests)
-    if len(distinct) == 1:
-        (r,) = distinct.values()
-        new_tokens = batch_tokens if r.new_tokens is None else [r.new_tokens] * n
-        return new_tokens, int64s([r.output_tokens] * n), [r.stage]
-    if len(distinct) > _FEW_REQUESTS:
-        return None
-    keys = np.fromiter(map(id, requests), dtype=np.uint64, count=n)
+    first = requests[0]
+    mine = np.fromiter(map(is_, requests, repeat(first)), dtype=bool, count=n)
+    if mine.all():
+        new_tokens = batch_tokens if first.new_tokens is None else [first.new_tokens] * n
+        return new_tokens, int64s([first.output_tokens] * n), [first.stage]
     new = np.array(batch_tokens, dtype=np.int64)
     out = np.empty(n, dtype=np.int64)
     stage = np.empty(n, dtype=object)
-    for key, r in distinct.items():
-        mine = keys == key
+    left = np.ones(n, dtype=bool)
+    stages = set()
+    for _ in range(_FEW_REQUESTS):
+        r = requests[int(np.argmax(left))]
+        if r is not first:
+            mine = np.fromiter(map(is_, requests, repeat(r)), dtype=bool, count=n)
         if r.new_tokens is not None:
             new[mine] = r.new_tokens
         out[mine] = r.output_tokens
         stage[mine] = r.stage
-    one_stage = len({r.stage for r in distinct.values()}) == 1
-    return new.tolist(), out.tobytes(), [next(iter(distinct.values())).stage] if one_stage else stage.tolist()
+        stages.add(r.stage)
+        left &= ~mine
+        if not left.any():
+            return new.tolist(), out.tobytes(), list(stages) if len(stages) == 1 else stage.tolist()
+    return None
 
 
 def _pick(agents: list[Any], ids: list[int]) -> Sequence[Any]:
