@@ -239,11 +239,17 @@ def added_cells(column: array[int], shadow: np.ndarray, at: np.ndarray) -> bytes
     """What the cells of the integer ``column`` at the indices ``at`` gained since
     ``shadow`` (cells beyond it count from 0), packed in the narrowest signed integer
     type that holds every gain (:func:`add_cells` tells it by the length)."""
-    gained: np.ndarray = np.frombuffer(column, dtype=np.int64)[at]  # a copy (indexed by an array)
-    known = at < len(shadow)
-    gained[known] -= shadow[at[known]]
-    if not len(gained):
+    if not len(at):
         return b""
+    current: np.ndarray = np.frombuffer(column, dtype=np.int64)
+    gained: np.ndarray
+    if len(shadow) == len(current):  # no agent recruited since: one subtraction, one gather
+        gained = np.subtract(current, shadow)[at]
+    else:
+        gained = current[at]  # a copy (indexed by an array)
+        known = at < len(shadow)
+        gained[known] -= shadow[at[known]]
+    del current  # release the buffer: the column may grow later
     low, high = int(gained.min()), int(gained.max())
     width = next(w for w in (1, 2, 4, 8) if -(1 << (8 * w - 1)) <= low and high < 1 << (8 * w - 1))
     return gained.astype(_INTEGER_WIDTHS[width]).tobytes()
