@@ -51,6 +51,7 @@ from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Packet
 from megaactors.core.organisation import Organisation
 from megaactors.durable.agent_rows import encode_agent_rows, load_agent_rows
+from megaactors.durable.narrow import narrowed, widened
 from megaactors.durable.net_rows import (
     NetworkShadow,
     encode_limits,
@@ -177,7 +178,8 @@ class DurableSim(SimRuntime):
         return out
 
     def delta(self) -> dict[str, Any]:
-        """What changed since the last :meth:`full` or :meth:`delta`."""
+        """What changed since the last :meth:`full` or :meth:`delta` (its integer
+        columns narrowed: :mod:`megaactors.durable.narrow`)."""
         if not self._marked:
             raise StateError("a delta needs a full snapshot first")
         state, tracker = self.snapshot(events=False), self.tracker  # listed below only if read
@@ -230,7 +232,7 @@ class DurableSim(SimRuntime):
         self._shadow_awake = awake.tobytes()
         self._llm_at_mark = llm_at_mark
         self._reset_tracking(state)
-        return out
+        return narrowed(out)
 
     def mark_clean(self) -> None:
         """Take the current state as the base of the next delta."""
@@ -333,7 +335,7 @@ class DurableSim(SimRuntime):
             net_events = load_network_section(state, base, packets, queues, heads)
         counted: QueueCount | None = None
         """In-queues counted from the first delta without heads (state format 3) on."""
-        for d in chain[1:]:
+        for d in map(widened, chain[1:]):
             self._grow(d["recruits"])
             if d["n"] != len(state.agents):
                 raise StateError(f"a delta holds {d['n']} agents where {len(state.agents)} were expected")
