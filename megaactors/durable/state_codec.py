@@ -142,10 +142,10 @@ def encode_packets(packets: list[Packet], broadcasts: np.ndarray | None) -> dict
     parent = [p.parent for p in packets]
     sent_at = [p.sent_at for p in packets]
     overhead = [p.overhead for p in packets]
-    lists = [p.recipients for p in packets]
     if broadcasts is not None and broadcasts.all():  # every one a broadcast: no recipients stored
         count, recipients = b"\xff" * (8 * len(broadcasts)), b""  # -1 per packet
     else:
+        lists = [p.recipients for p in packets]
         if broadcasts is not None:
             lists = [() if b else r for r, b in zip(lists, broadcasts.tolist(), strict=True)]
         counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
