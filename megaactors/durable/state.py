@@ -207,7 +207,8 @@ class DurableSim(SimRuntime):
         at = np.flatnonzero(changed)
         packets = tracker.collect_packets(members_changed=len(state.recruiters) != self._shadow_recruits)
         awake = np.frombuffer(bytes(state.awake), dtype=np.uint8)
-        rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]), events=self.pending_events)
+        listed = self.pending_events if net is None else lambda: state.events  # a network's: listed above
+        rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]), events=listed)
         llm_at_mark = np.zeros(len(agents), dtype=bool)
         llm_at_mark[: len(self._llm_at_mark)] = self._llm_at_mark
         llm_at_mark[at] = False
