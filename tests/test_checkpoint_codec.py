@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from megaactors import Organisation, RunSpec
+from megaactors.core.behaviour import LLMRequest
 from megaactors.core.messages import ADMIN, INTRA, Packet
 from megaactors.durable.agent_rows import encode_agent_rows
 from megaactors.durable.blob import pack_state
@@ -119,6 +120,29 @@ def test_agent_records_of_none_and_of_some() -> None:
     assert rows["llm"][1] == new_tokens
     assert rows["llm"][2] == int64s([r.output_tokens for r in requests])
     assert rows["llm"][4] == float64s([a.pending[0] for a in calls])
+
+
+@pytest.mark.parametrize("kinds", [1, 3, 12])
+def test_calls_in_flight_read_by_request_give_what_each_call_holds(kinds: int) -> None:
+    rt = _simulation(RunSpec(topology="two-tier", agents=60, group_size=5, rounds=1, seed=3))
+    rt.start()
+    state = rt.snapshot()
+    ids = [a.id for a in state.agents if type(a.pending) is tuple]
+    assert len(ids) > 2 * kinds
+    # requests of several kinds (new tokens given or the batch's, output tokens, stages) spread over the calls
+    made = [LLMRequest(None if k % 2 else 10 * k, 7 + k, f"stage{k % 2}") for k in range(kinds)]
+    for k, aid in enumerate(ids):
+        a = state.agents[aid]
+        a.batch_tokens = 100 + aid
+        a.pending = (*a.pending[:3], made[k % kinds], *a.pending[4:])
+    rows = encode_agent_rows(state, ids, None)
+    requests = [state.agents[aid].pending[3] for aid in ids]
+    assert rows["llm"][1] == [
+        100 + aid if r.new_tokens is None else r.new_tokens for aid, r in zip(ids, requests, strict=True)
+    ]
+    assert rows["llm"][2] == int64s([r.output_tokens for r in requests])
+    stages = [r.stage for r in requests]
+    assert rows["llm"][3] == (stages if kinds > 1 else stages[:1])
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,16 @@ def test_a_call_in_flight_in_the_lean_form_ends_as_in_the_general_one() -> None:
     assert outcome(lean) == outcome(general)
 
 
+def test_a_snapshot_without_its_events_lists_them_on_demand() -> None:
+    rt = SimRuntime(Organisation.two_tier(60, 5), ChatRound(2), seed=4)
+    rt.start()
+    rt.advance(1.0)
+    whole, lean = rt.snapshot(), rt.snapshot(events=False)
+    assert len(whole.events) > 10 and lean.events == []
+    assert sorted(rt.pending_events()) == sorted(whole.events)
+    assert lean.agents is whole.agents and lean.now == whole.now and lean.seq == whole.seq
+
+
 def test_a_snapshot_lists_who_waits_at_each_gate() -> None:
     rt = SimRuntime(Organisation.flat(4), GitUser(), serial=True, tools={"git-commit": lambda who: who})
     rt.start()

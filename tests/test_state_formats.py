@@ -1,6 +1,7 @@
-"""Checkpoints of state format 2 (deltas with in-queue heads) and 3 (deltas with
-the values of ledger cells) still restore, alone and followed by deltas of the
-format written now (no heads: a restore counts them; ledger counts as gains).
+"""Checkpoints of state format 2 (deltas with in-queue heads), 3 (deltas with the
+values of ledger cells) and 4 (deltas with int64 columns) still restore, alone and
+followed by deltas of the format written now (no heads: a restore counts them;
+ledger counts as gains; integer columns narrowed).
 
 ``data/format2_chain.msgpack`` holds the sealed checkpoints (headers of format 2)
 that megaactors af3abe8 wrote for :func:`reference`'s run, made with::
@@ -9,8 +10,10 @@ that megaactors af3abe8 wrote for :func:`reference`'s run, made with::
     cd /tmp && PYTHONPATH=/tmp/f2:$REPO/tests python -c \\
         "import test_state_formats as t; t.write_chain('$REPO/tests/data/format2_chain.msgpack')"
 
-and ``data/format3_chain.msgpack`` those of format 3, written the same way by
-megaactors 79dcb44 (into ``format3_chain.msgpack``).
+``data/format3_chain.msgpack`` those of format 3, written the same way by
+megaactors 79dcb44 (into ``format3_chain.msgpack``), and ``data/format4_chain.msgpack``
+those of format 4 (deltas with int64 columns), written the same way by megaactors
+7e4f6f2.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from test_resume import _heads, _outcome, _runtime, _wire
 
 from megaactors.durable import blob
 from megaactors.durable.blob import decode_state, seal_state
+from megaactors.durable.narrow import widened
 from megaactors.durable.packable import pack_checked
 from megaactors.durable.state import DurableSim, StateError
 from megaactors.runtime.events import superstep_end
 
 CHAIN = Path(__file__).parent / "data" / "format2_chain.msgpack"
 CHAIN3 = Path(__file__).parent / "data" / "format3_chain.msgpack"
+CHAIN4 = Path(__file__).parent / "data" / "format4_chain.msgpack"
 ARGS = ((25, 3), 3, 2, False, None)
 """A hierarchy of 25 agents (fanout 3), Busy over 3 rounds, seed 2, no serial token,
 no cap: recruits, tool calls behind a lock, notes on tree edges and broadcasts."""
@@ -82,6 +87,11 @@ def format3_chain() -> list[dict[str, Any]]:
     return _chain(CHAIN3, 3)
 
 
+@pytest.fixture(scope="module")
+def format4_chain() -> list[dict[str, Any]]:
+    return _chain(CHAIN4, 4)
+
+
 def _restored(chain: list[dict[str, Any]], k: int) -> DurableSim:
     """The run restored at step ``k`` of ``chain`` (from a copy: a restored agent's
     state is the snapshot's own list, which the run goes on to change)."""
@@ -112,23 +122,41 @@ def test_format3_checkpoints_restore_every_step_exactly(format3_chain: list[dict
         assert _outcome(rt) == expected, f"restored at step {k}"
 
 
-@pytest.mark.parametrize(("version", "resumed_at"), [(2, 1), (2, 2), (2, 6), (3, 1), (3, 2), (3, 6)])
-def test_an_older_run_resumed_goes_on_in_the_current_format(
-    old_chain: list[dict[str, Any]], format3_chain: list[dict[str, Any]], version: int, resumed_at: int
-) -> None:
-    """Resumed at a delta of format 2 or 3, a run writes deltas of the current format
-    after it (no heads, ledger counts as gains): a chain of both kinds restores every
-    later step exactly."""
+def test_format4_checkpoints_restore_every_step_exactly(format4_chain: list[dict[str, Any]]) -> None:
     heads, expected = reference()
-    chain = (old_chain if version == 2 else format3_chain)[: resumed_at + 1]
+    deltas = [d for d in format4_chain if d["kind"] == "delta"]
+    assert len(format4_chain) == len(heads) and deltas
+    assert all("ledger_added" in d and "narrow" not in d for d in deltas)  # int64 columns
+    for k in range(len(format4_chain)):
+        rt = _restored(format4_chain, k)
+        assert _heads(rt) == heads[k], f"in-queues restored at step {k}"
+        rt.run()
+        assert _outcome(rt) == expected, f"restored at step {k}"
+
+
+@pytest.mark.parametrize(
+    ("version", "resumed_at"), [(2, 1), (2, 2), (2, 6), (3, 1), (3, 2), (3, 6), (4, 1), (4, 2), (4, 6)]
+)
+def test_an_older_run_resumed_goes_on_in_the_current_format(
+    old_chain: list[dict[str, Any]],
+    format3_chain: list[dict[str, Any]],
+    format4_chain: list[dict[str, Any]],
+    version: int,
+    resumed_at: int,
+) -> None:
+    """Resumed at a delta of format 2, 3 or 4, a run writes deltas of the current
+    format after it (no heads, ledger counts as gains, integer columns narrowed): a
+    chain of both kinds restores every later step exactly."""
+    heads, expected = reference()
+    chain = {2: old_chain, 3: format3_chain, 4: format4_chain}[version][: resumed_at + 1]
     assert chain[-1]["kind"] == "delta"
     rt = _restored(chain, resumed_at)
     while not rt.finished:
         rt.advance(superstep_end(rt.next_event_time, WINDOW))
         chain.append(_wire(rt.delta()))
     assert _outcome(rt) == expected
-    assert blob.STATE_FORMAT == 4
-    assert all("heads" not in d and "ledger_added" in d for d in chain[resumed_at + 1 :])
+    assert blob.STATE_FORMAT == 5
+    assert all("heads" not in d and "ledger_added" in d and "narrow" in d for d in chain[resumed_at + 1 :])
     for k in range(resumed_at + 1, len(chain)):
         again = _restored(chain, k)
         assert _heads(again) == heads[k], f"in-queues restored at step {k}"
@@ -146,7 +174,7 @@ def test_counts_that_contradict_the_packets_are_refused() -> None:
         rt.advance(superstep_end(rt.next_event_time, WINDOW))
         chain.append(_wire(rt.delta()))
     last = chain[-1]
-    ids = np.frombuffer(last["agents"]["ids"], dtype=np.int64)
+    ids = np.frombuffer(widened(last)["agents"]["ids"], dtype=np.int64)
     assert len(ids)
     last["ledger_added"]["received"] = np.full(len(ids), 10**6, dtype=np.int64).tobytes()
     with pytest.raises(StateError, match=rf"agent {ids[0]}: -\d+ message\(s\) queued by the counts"):

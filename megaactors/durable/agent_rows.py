@@ -29,10 +29,10 @@ attempt redraws its latency; a failed call's reply is not the model's).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import compress, repeat
-from operator import attrgetter, is_, itemgetter
+from operator import is_, itemgetter
 from typing import Any
 
 import numpy as np
@@ -50,19 +50,19 @@ from megaactors.durable.state_codec import (
     uniform,
 )
 from megaactors.errors import StateError
+from megaactors.runtime.events import Event
 from megaactors.runtime.sim_state import START, LLMRetry, SimState, ToolInFlight
 
 __all__ = ["encode_agent_rows", "load_agent_rows"]
 
-_PENDING = attrgetter("pending")
 _THIRD = itemgetter(2)
 _PHASES = tuple(Phase)
 
 
-def _event_positions(state: SimState) -> tuple[list[tuple[float, int, int]], np.ndarray]:
-    """The pending events and, for each agent, the position among them of the event
-    it waits for (-1: none)."""
-    events = [e for e in state.events if e[2] >= 0]  # not the network's (negative keys)
+def _event_positions(state: SimState, listed: list[Event]) -> tuple[list[Event], np.ndarray]:
+    """The pending events (``listed``) and, for each agent, the position among them
+    of the event it waits for (-1: none)."""
+    events = [e for e in listed if e[2] >= 0]  # not the network's (negative keys)
     n = len(events)
     where = np.full(len(state.agents), -1, dtype=np.int64)
     where[np.fromiter(map(_THIRD, events), dtype=np.int64, count=n)] = np.arange(n)
@@ -70,17 +70,23 @@ def _event_positions(state: SimState) -> tuple[list[tuple[float, int, int]], np.
 
 
 def encode_agent_rows(
-    state: SimState, ids: list[int], memory_kinds: np.ndarray | None, heads: np.ndarray | None = None
+    state: SimState,
+    ids: list[int],
+    memory_kinds: np.ndarray | None,
+    heads: np.ndarray | None = None,
+    events: Callable[[], list[Event]] | None = None,
 ) -> dict[str, Any]:
     """The records of agents ``ids`` by column (memory ``kinds`` None: all in full;
-    ``heads``: their in-queue heads, stored when given).
+    ``heads``: their in-queue heads, stored when given; ``events``: lists the pending
+    events when a record needs them, for a ``state`` taken without them; by default
+    ``state.events``).
 
     The records are picked by one ``itemgetter`` call; each column is then one list
     comprehension (on CPython 3.11 its specialised attribute or item read costs
     half the instructions of ``map`` with an ``attrgetter``, and no tuple per
     record is made to split again). Numbers are packed by :func:`int64s`."""
     chosen = _pick(state.agents, ids)
-    pending = list(map(_PENDING, chosen))
+    pending = [a.pending for a in chosen]
     memory: list[Any]
     if memory_kinds is None:
         memory = [None, [a.memory for a in chosen]]
@@ -97,14 +103,23 @@ def encode_agent_rows(
         flying = list(map(pending.__getitem__, at))
     other: dict[int, Any] = {}
     if flown + types.count(type(None)) != len(pending):
-        other = _other_pending(state, ids, pending)
-    if [len(p) for p in flying].count(3) == len(flying):  # none in the lean form (see sim_state.LLMInFlight)
+        other = _other_pending(state, ids, pending, state.events if events is None else events())
+    batch_tokens = [a.batch_tokens for a in chosen]
+    replies: list[LLMReply] = []  # the lean form is the plain path's: no provider model
+    due: Sequence[Any] = flying  # the events the calls wait for (a lean call is its event)
+    sizes = list(map(len, flying))
+    lean = None
+    if flying and sizes.count(_LEAN) == len(sizes):  # every call in the lean form (see sim_state.LLMInFlight)
+        lean = _lean_columns(batch_tokens if flown == len(pending) else [batch_tokens[i] for i in at], flying)
+    if lean is not None:
+        new_tokens, tokens_out, stages = lean
+    elif sizes.count(3) == len(sizes):  # none in the lean form
         replies = [p[1] for p in flying]
-        new_tokens, tokens_out = [p[0] for p in flying], [r.tokens_out for r in replies]
-        stages, events = [r.stage for r in replies], [p[2] for p in flying]  # each call holds its event
+        new_tokens, tokens_out = [p[0] for p in flying], int64s([r.tokens_out for r in replies])
+        stages, due = uniform([r.stage for r in replies]), [p[2] for p in flying]  # each call holds its event
     else:
-        replies = []  # the lean form is the plain path's: no provider model
-        new_tokens, tokens_out, stages, events = _flight_columns([chosen[i] for i in at], flying)
+        new_tokens, outs, stage_list, due = _flight_columns([chosen[i] for i in at], flying)
+        tokens_out, stages = int64s(outs), uniform(stage_list)
     provider: dict[str, Any] = {}
     if state.limits is not None:
         provider["calls"] = int64s([a.calls for a in chosen])
@@ -115,19 +130,58 @@ def encode_agent_rows(
         "state": bytes([a.phase for a in chosen]),
         "data": [a.data for a in chosen],
         "memory": memory,
-        "batch_tokens": int64s([a.batch_tokens for a in chosen]),
+        "batch_tokens": int64s(batch_tokens),
         "llm": [
             int64s(at),
             new_tokens,
-            int64s(tokens_out),
-            uniform(stages),
-            float64s([e[0] for e in events]),
-            int64s([e[1] for e in events]),
+            tokens_out,
+            stages,
+            float64s([e[0] for e in due]),
+            int64s([e[1] for e in due]),
         ],
         "other": other,
         "outboxes": _outboxes(chosen),
         **provider,
     }
+
+
+_LEAN = 6
+"""The length of a call in flight in the lean form (its event, grown)."""
+_FEW_REQUESTS = 8
+"""At most this many distinct requests in flight are read by column (:func:`_lean_columns`)."""
+
+
+def _lean_columns(batch_tokens: list[int], flying: Sequence[Any]) -> tuple[list[int], bytes, list[Any]] | None:
+    """New tokens, packed output tokens and :func:`uniform` stages of calls in flight
+    in the lean form (``batch_tokens``: their agents'), read once per distinct
+    request (a behaviour issues a few request objects again and again), told apart
+    by identity in C (``map`` with ``is_``); None when there are more than
+    :data:`_FEW_REQUESTS` of them."""
+    requests = [p[3] for p in flying]
+    n = len(requests)
+    first = requests[0]
+    mine = np.fromiter(map(is_, requests, repeat(first)), dtype=bool, count=n)
+    if mine.all():
+        new_tokens = batch_tokens if first.new_tokens is None else [first.new_tokens] * n
+        return new_tokens, int64s([first.output_tokens] * n), [first.stage]
+    new = np.array(batch_tokens, dtype=np.int64)
+    out = np.empty(n, dtype=np.int64)
+    stage = np.empty(n, dtype=object)
+    left = np.ones(n, dtype=bool)
+    stages = set()
+    for _ in range(_FEW_REQUESTS):
+        r = requests[int(np.argmax(left))]
+        if r is not first:
+            mine = np.fromiter(map(is_, requests, repeat(r)), dtype=bool, count=n)
+        if r.new_tokens is not None:
+            new[mine] = r.new_tokens
+        out[mine] = r.output_tokens
+        stage[mine] = r.stage
+        stages.add(r.stage)
+        left &= ~mine
+        if not left.any():
+            return new.tolist(), out.tobytes(), list(stages) if len(stages) == 1 else stage.tolist()
+    return None
 
 
 def _pick(agents: list[Any], ids: list[int]) -> Sequence[Any]:
@@ -163,10 +217,11 @@ def _flight_columns(agents: list[Agent], flying: Sequence[Any]) -> tuple[list[in
     return new_tokens, tokens_out, stages, events
 
 
-def _other_pending(state: SimState, ids: list[int], pending: Sequence[Any]) -> dict[int, Any]:
-    """The pending work of records ``ids`` other than LLM calls in flight, by position."""
+def _other_pending(state: SimState, ids: list[int], pending: Sequence[Any], listed: list[Event]) -> dict[int, Any]:
+    """The pending work of records ``ids`` other than LLM calls in flight, by position
+    (``listed``: the pending events)."""
     other: dict[int, Any] = {}
-    pending_events, where = _event_positions(state)
+    pending_events, where = _event_positions(state, listed)
     for i, p in enumerate(pending):
         if p is None or type(p) is tuple:
             continue

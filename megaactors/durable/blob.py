@@ -9,7 +9,10 @@ the agents that changed; format 3 stores none (a restore derives them from the
 packets and the ledger: :mod:`megaactors.durable.queue_heads`); format 4 (written
 since) also stores the integer ledger cells of those agents as what each gained
 since the previous checkpoint, in the narrowest integer type that holds them
-(``ledger_added``: one or two bytes a cell instead of eight), not their values.
+(``ledger_added``: one or two bytes a cell instead of eight), not their values;
+format 5 (written since) stores a delta's other integer columns of agent records
+and packets in the narrowest integer type too (``narrow``: their lengths, see
+:mod:`megaactors.durable.narrow`).
 """
 
 from __future__ import annotations
@@ -43,11 +46,11 @@ runs never write (:mod:`megaactors.durable.net_rows`), so every checkpoint writt
 before them reads as it did; a megaactors that predates them refuses such runs'
 parameters instead of resuming them without their network or limits."""
 
-STATE_FORMAT = 4
+STATE_FORMAT = 5
 """Format of the state encoding every checkpoint written now carries in its header."""
-STATE_FORMATS_READ = (2, 3, 4)
+STATE_FORMATS_READ = (2, 3, 4, 5)
 """State formats this code reads: 2 (deltas with in-queue heads), 3 (deltas with the
-values of ledger cells) and 4."""
+values of ledger cells), 4 (deltas with int64 columns) and 5."""
 
 _MAGIC = b"MACK"
 _HEADER = struct.Struct(">4sHB")  # magic, format version, codec

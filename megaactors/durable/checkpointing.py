@@ -45,6 +45,7 @@ from typing import Any
 from megaactors.core.behaviour import Behaviour, check_organisation
 from megaactors.durable import spans
 from megaactors.durable.interrupts import EditRefused, HumanEdits, RunInterrupted, asked, check_condition, due
+from megaactors.durable.narrow import counts
 from megaactors.durable.outbox import Outbox
 from megaactors.durable.packable import pack_checked
 from megaactors.durable.runqueue import retry_busy
@@ -207,13 +208,13 @@ class _Writer:
         full = kind != "delta"
         packed = pack_checked(state)
         self.progress.capture_s += time.perf_counter() - t0
-        led = rt.ledger
+        led, described = rt.ledger, counts(state)
         meta: dict[str, Any] = {
             "step": step,
             "events": rt.events_run,
             "virtual_time_s": rt.now,
-            "agents_changed": len(state["agents"]["ids"]) // 8 if "agents" in state else len(rt.agents),
-            "packets": len(state["packets"]["first_id"]) // 8 if "packets" in state else 0,
+            "agents_changed": len(rt.agents) if described is None else described[0],
+            "packets": 0 if described is None else described[1],
             "packed_bytes": len(packed),
             "messages": led.messages,
             "bytes": led.bytes,

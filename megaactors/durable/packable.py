@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from megaactors.durable.blob import pack_state
+from megaactors.durable.narrow import widened
 from megaactors.errors import UncheckpointableError
 
 __all__ = ["STORABLE", "explain", "first_unpackable", "pack_checked"]
@@ -52,6 +53,7 @@ def first_unpackable(value: Any, path: str = "state", depth: int = 0) -> str | N
 def explain(state: dict[str, Any]) -> str:
     """Why a run's state (a full snapshot or delta, see :mod:`megaactors.durable.state`)
     cannot be packed: the agent and the value, or the message and its sender."""
+    state = widened(state)
     agents = state.get("agents") or {}
     ids = np.frombuffer(agents.get("ids", b""), dtype=np.int64)
     for i, data in enumerate(agents.get("data", ())):

@@ -51,6 +51,7 @@ from megaactors.core.llm import SimulatedLLM
 from megaactors.core.messages import Packet
 from megaactors.core.organisation import Organisation
 from megaactors.durable.agent_rows import encode_agent_rows, load_agent_rows
+from megaactors.durable.narrow import narrowed, widened
 from megaactors.durable.net_rows import (
     NetworkShadow,
     encode_limits,
@@ -177,11 +178,14 @@ class DurableSim(SimRuntime):
         return out
 
     def delta(self) -> dict[str, Any]:
-        """What changed since the last :meth:`full` or :meth:`delta`."""
+        """What changed since the last :meth:`full` or :meth:`delta` (its integer
+        columns narrowed: :mod:`megaactors.durable.narrow`)."""
         if not self._marked:
             raise StateError("a delta needs a full snapshot first")
-        state, tracker = self.snapshot(), self.tracker
+        state, tracker = self.snapshot(events=False), self.tracker  # listed below only if read
         agents = state.agents
+        if state.network is not None:
+            state.events = self.pending_events()
         columns = _ledger_columns(state)
         # the agents whose record changed: those noted while events ran, and those
         # whose ledger row changed (every per-agent column counts the agent's own acts)
@@ -203,7 +207,8 @@ class DurableSim(SimRuntime):
         at = np.flatnonzero(changed)
         packets = tracker.collect_packets(members_changed=len(state.recruiters) != self._shadow_recruits)
         awake = np.frombuffer(bytes(state.awake), dtype=np.uint8)
-        rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]))
+        listed = self.pending_events if net is None else lambda: state.events  # a network's: listed above
+        rows = encode_agent_rows(state, at.tolist(), self._memory_kinds(at, ran[at]), events=listed)
         llm_at_mark = np.zeros(len(agents), dtype=bool)
         llm_at_mark[: len(self._llm_at_mark)] = self._llm_at_mark
         llm_at_mark[at] = False
@@ -228,7 +233,7 @@ class DurableSim(SimRuntime):
         self._shadow_awake = awake.tobytes()
         self._llm_at_mark = llm_at_mark
         self._reset_tracking(state)
-        return out
+        return narrowed(out)
 
     def mark_clean(self) -> None:
         """Take the current state as the base of the next delta."""
@@ -331,7 +336,7 @@ class DurableSim(SimRuntime):
             net_events = load_network_section(state, base, packets, queues, heads)
         counted: QueueCount | None = None
         """In-queues counted from the first delta without heads (state format 3) on."""
-        for d in chain[1:]:
+        for d in map(widened, chain[1:]):
             self._grow(d["recruits"])
             if d["n"] != len(state.agents):
                 raise StateError(f"a delta holds {d['n']} agents where {len(state.agents)} were expected")

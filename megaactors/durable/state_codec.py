@@ -142,10 +142,10 @@ def encode_packets(packets: list[Packet], broadcasts: np.ndarray | None) -> dict
     parent = [p.parent for p in packets]
     sent_at = [p.sent_at for p in packets]
     overhead = [p.overhead for p in packets]
-    lists = [p.recipients for p in packets]
     if broadcasts is not None and broadcasts.all():  # every one a broadcast: no recipients stored
         count, recipients = b"\xff" * (8 * len(broadcasts)), b""  # -1 per packet
     else:
+        lists = [p.recipients for p in packets]
         if broadcasts is not None:
             lists = [() if b else r for r, b in zip(lists, broadcasts.tolist(), strict=True)]
         counts = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
@@ -239,11 +239,17 @@ def added_cells(column: array[int], shadow: np.ndarray, at: np.ndarray) -> bytes
     """What the cells of the integer ``column`` at the indices ``at`` gained since
     ``shadow`` (cells beyond it count from 0), packed in the narrowest signed integer
     type that holds every gain (:func:`add_cells` tells it by the length)."""
-    gained: np.ndarray = np.frombuffer(column, dtype=np.int64)[at]  # a copy (indexed by an array)
-    known = at < len(shadow)
-    gained[known] -= shadow[at[known]]
-    if not len(gained):
+    if not len(at):
         return b""
+    current: np.ndarray = np.frombuffer(column, dtype=np.int64)
+    gained: np.ndarray
+    if len(shadow) == len(current):  # no agent recruited since: one subtraction, one gather
+        gained = np.subtract(current, shadow)[at]
+    else:
+        gained = current[at]  # a copy (indexed by an array)
+        known = at < len(shadow)
+        gained[known] -= shadow[at[known]]
+    del current  # release the buffer: the column may grow later
     low, high = int(gained.min()), int(gained.max())
     width = next(w for w in (1, 2, 4, 8) if -(1 << (8 * w - 1)) <= low and high < 1 << (8 * w - 1))
     return gained.astype(_INTEGER_WIDTHS[width]).tobytes()

@@ -9,7 +9,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from megaactors.core.agent import Agent
-from megaactors.runtime.events import EventQueue
+from megaactors.runtime.events import Event, EventQueue
 from megaactors.runtime.gates import FifoGate
 from megaactors.runtime.interpreter import Interpreter
 from megaactors.runtime.mailboxes import Mailboxes
@@ -50,8 +50,11 @@ class SimSnapshots:
 
     def _machine_counters(self) -> tuple[list[int], list[int]] | None: ...
 
-    def snapshot(self) -> SimState:
-        """The whole state between two events (sharing this runtime's containers)."""
+    def snapshot(self, *, events: bool = True) -> SimState:
+        """The whole state between two events (sharing this runtime's containers).
+        ``events`` False leaves the pending events out (``events`` empty): listing
+        them makes a tuple per event, which a caller that reads none need not pay
+        (:meth:`pending_events` lists them on demand)."""
         core, slots, token = self.core, self._llm_slots, self._token
         return SimState(
             now=self.now,
@@ -61,7 +64,7 @@ class SimSnapshots:
             agents=core.agents,
             mail=self.mail,
             awake=self._awake,
-            events=self._events.events(),
+            events=self._events.events() if events else [],
             in_flight=core.in_flight,
             llm_waiting=[a.id for a in slots.waiters()] if slots is not None else [],
             serial_holder=token.holder.id if token is not None and token.holder is not None else None,
@@ -80,6 +83,11 @@ class SimSnapshots:
             network=self._net.state if self._net is not None else None,
             machines=self._machine_counters(),
         )
+
+    def pending_events(self) -> list[Event]:
+        """Every pending event as ``(time, sequence, agent)``, in no particular order
+        (the ``events`` of a :meth:`snapshot`)."""
+        return self._events.events()
 
     def restore(self, state: SimState) -> None:
         """Continue from ``state`` (taken from a run of this organisation, behaviour,
