@@ -297,11 +297,12 @@ def test_a_sharded_simulation_checkpointed_on_the_cluster_resumes_without_it(
 
 
 def test_a_node_lost_mid_sweep_costs_only_its_runs_in_flight(cluster: LocalRayCluster, tmp_path: Path) -> None:
-    """Last: it kills the cluster's second node."""
+    """Last: it kills the cluster's second node (runs of 40,000 agents, a few seconds
+    each: long enough to be seen running there before the sweep ends)."""
     victim = cluster.nodes[-1]
     seeds = ",".join(str(s) for s in range(1, 7))
     sweep = subprocess.Popen(
-        [sys.executable, "-m", "megaactors", "sweep", "--topology", "two-tier", "--agents", "6000", "--seed", seeds,
+        [sys.executable, "-m", "megaactors", "sweep", "--topology", "two-tier", "--agents", "40000", "--seed", seeds,
          "--executor", "ray", "--address", cluster.address, "-o", str(tmp_path), "-q", "--no-plots"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
