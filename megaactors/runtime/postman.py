@@ -31,6 +31,7 @@ from megaactors.core.messages import (
     new_packet,
 )
 from megaactors.core.organisation import Organisation, RouteError
+from megaactors.core.peer_view import Without
 from megaactors.runtime.machine_link import MachineLink
 
 __all__ = ["Postman", "check_routes", "is_broadcast"]
@@ -71,6 +72,20 @@ def _whole_group(members: list[int], i: int, recipients: list[int]) -> bool:
     """Whether ``recipients`` is ``members`` without its ``i``-th (same order),
     compared in slices: the peers' list is not built."""
     return len(recipients) == len(members) - 1 and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]
+
+
+def _view_group(org: Organisation, sender: int, view: Without, channel: str) -> int:
+    """The group of ``sender`` if ``view`` is that whole group less ``sender``, on the
+    intra-group channel, ``sender`` a member of that group only; else -1."""
+    if channel != INTRA or org.graph is not None or type(sender) is not int or not 0 <= sender < len(org.member_group):
+        return -1
+    mg, ag = org.member_group[sender], org.admin_group[sender]
+    if mg < 0 or 0 <= ag != mg:
+        return -1
+    members = org.groups[mg]
+    skip = view.skip
+    whole = view.members is members and view.size == len(members) and 0 <= skip < len(members)
+    return mg if whole and members[skip] == sender else -1
 
 
 def check_routes(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> bool:
@@ -252,8 +267,14 @@ class Postman:
         :attr:`position` for a broadcast to the sender's one group."""
         recipients, channel, org = send.recipients, send.channel, self.org
         group = -1
+        if type(recipients) is Without:  # Organisation.group_peers_view: its fields tell a broadcast
+            group = _view_group(org, sender, recipients, channel)
+            if group >= 0:
+                self.position = recipients.skip
+            else:
+                recipients = recipients.as_list()
         # _group_broadcast, inlined: the commonest send of a chat (the sender's whole group)
-        one = channel == INTRA and org.graph is None and type(recipients) is list and type(sender) is int
+        one = group < 0 and channel == INTRA and org.graph is None and type(recipients) is list and type(sender) is int
         if one and 0 <= sender < len(org.member_group):  # an agent (org.n, without the property's call)
             mg, ag = org.member_group[sender], org.admin_group[sender]
             if mg >= 0 and not 0 <= ag != mg:
