@@ -74,20 +74,6 @@ def _whole_group(members: list[int], i: int, recipients: list[int]) -> bool:
     return len(recipients) == len(members) - 1 and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]
 
 
-def _view_group(org: Organisation, sender: int, view: Without, channel: str) -> int:
-    """The group of ``sender`` if ``view`` is that whole group less ``sender``, on the
-    intra-group channel, ``sender`` a member of that group only; else -1."""
-    if channel != INTRA or org.graph is not None or type(sender) is not int or not 0 <= sender < len(org.member_group):
-        return -1
-    mg, ag = org.member_group[sender], org.admin_group[sender]
-    if mg < 0 or 0 <= ag != mg:
-        return -1
-    members = org.groups[mg]
-    skip = view.skip
-    whole = view.members is members and view.size == len(members) and 0 <= skip < len(members)
-    return mg if whole and members[skip] == sender else -1
-
-
 def check_routes(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> bool:
     """Raise :class:`RouteError` unless ``sender`` may reach every recipient on
     ``channel`` (vectorised for the common cases; the organisation's own check names
@@ -267,28 +253,32 @@ class Postman:
         :attr:`position` for a broadcast to the sender's one group."""
         recipients, channel, org = send.recipients, send.channel, self.org
         group = -1
-        if type(recipients) is Without:  # Organisation.group_peers_view: its fields tell a broadcast
-            group = _view_group(org, sender, recipients, channel)
-            if group >= 0:
-                self.position = recipients.skip
-            else:
-                recipients = recipients.as_list()
         # _group_broadcast, inlined: the commonest send of a chat (the sender's whole group)
-        one = group < 0 and channel == INTRA and org.graph is None and type(recipients) is list and type(sender) is int
+        one = channel == INTRA and org.graph is None and type(sender) is int
         if one and 0 <= sender < len(org.member_group):  # an agent (org.n, without the property's call)
             mg, ag = org.member_group[sender], org.admin_group[sender]
             if mg >= 0 and not 0 <= ag != mg:
                 members = org.groups[mg]
-                i = sender - members[0]
-                whole = 0 <= i < len(members) and members[i] == sender and len(recipients) == len(members) - 1
-                if whole and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]:  # _whole_group
-                    group, self.position = mg, i
+                if type(recipients) is Without:  # Organisation.group_peers_view: its fields tell
+                    i = recipients.skip
+                    whole = recipients.members is members and recipients.size == len(members)
+                    if whole and 0 <= i < len(members) and members[i] == sender:
+                        group, self.position = mg, i
+                    else:
+                        recipients = recipients.as_list()
+                if group < 0 and type(recipients) is list:
+                    i = sender - members[0]
+                    whole = 0 <= i < len(members) and members[i] == sender and len(recipients) == len(members) - 1
+                    if whole and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]:  # _whole_group
+                        group, self.position = mg, i
+        if group < 0 and type(recipients) is Without:  # not its sender's one group: checked as a list
+            recipients = recipients.as_list()
         self.group = group
         broadcast = self.broadcast = group >= 0 or check_routes(org, sender, recipients, channel)
         if self._link is not None:
             self._use_machine(sender)
         first = self._next_id
-        count = len(recipients)
+        count = len(recipients) if group < 0 else len(members) - 1
         mid = first + count
         if mid <= self._id_bound:  # every id of the send has the size of the first
             packets = [new_packet(sender, channel, send.kind, send.payload, send.parent, now, first, recipients)]
