@@ -1,5 +1,6 @@
-"""A sender's group peers as a view (Organisation.group_peers_view): the same ids as
-group_peers, and stamped by the postman exactly as that list would be."""
+"""A sender's group peers and admin peers as views (Organisation.group_peers_view,
+admin_peers_view): the same ids as the lists, stamped by the postman exactly as those
+lists would be."""
 
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ def test_the_view_lists_the_group_peers_and_is_one_for_members_of_one_group(make
         views += one_group
     if org.kind in ("two-tier", "flat") and org.boss is None:  # everyone is in one group
         assert views == org.n
+    for a in range(org.n):
+        view = org.admin_peers_view(a)
+        assert list(view) == org.admin_peers(a) and len(view) == len(org.admin_peers(a))
+        assert (type(view) is Without) == (org.graph is None and org.admin_group[a] >= 0)
 
 
 def stamp_both(org: Organisation, sender: int, view: Sequence[int], channel: str = INTRA) -> tuple[Postman, Postman]:
@@ -66,16 +71,28 @@ def test_a_view_is_stamped_as_its_list(make: Callable[[], Organisation]) -> None
             assert by_view.group == org.member_group[a] and org.groups[by_view.group][by_view.position] == a
             grouped += 1
     assert grouped == sum(type(v) is Without and len(v) > 0 for v in map(org.group_peers_view, range(org.n)))
+    admins = 0
+    for a in range(org.n):
+        view = org.admin_peers_view(a)
+        if view:
+            by_view, _ = stamp_both(org, a, view, ADMIN)
+            assert by_view.broadcast == (org.graph is None) and by_view.group == -1
+            admins += type(view) is Without
+    assert admins == (len(org.groups) if org.graph is None and len(org.groups) > 1 else 0)
 
 
 def test_a_view_made_before_a_recruit_joined_is_the_group_as_it_was() -> None:
     org = Organisation.two_tier(60, 6)
-    sender = org.groups[2][3]
-    view = org.group_peers_view(sender)
+    sender, admin = org.groups[2][3], org.groups[4][0]
+    view, admins = org.group_peers_view(sender), org.admin_peers_view(admin)
     org.recruit(org.groups[2][0])  # the admin recruits: its group grows at its end
     by_view, _ = stamp_both(org, sender, view)
     assert not by_view.broadcast and by_view.group == -1  # no longer the whole group
     assert list(org.group_peers_view(sender)) == org.group_peers(sender) == [*view, org.n - 1]
+    org.recruit(sender)  # a member recruits: it administers a new group, one more admin
+    assert list(org.admin_peers_view(admin)) == org.admin_peers(admin) == [*admins, sender]
+    by_view, _ = stamp_both(org, admin, admins, ADMIN)  # every admin but the new one
+    assert not by_view.broadcast
 
 
 def test_a_view_off_its_channel_or_of_another_group_is_checked_as_a_list() -> None:
@@ -85,6 +102,10 @@ def test_a_view_off_its_channel_or_of_another_group_is_checked_as_a_list() -> No
         Postman(org, Ledger(org.n)).stamp(member, Send(org.group_peers_view(stranger), INTRA, "chat", 0), 0.0)
     with pytest.raises(RouteError):
         Postman(org, Ledger(org.n)).stamp(member, Send(org.group_peers_view(member), ADMIN, "chat", 0), 0.0)
-    admin = org.groups[1][0]  # an admin's own group on the admin channel: not its admin peers
+    admin, other = org.groups[1][0], org.groups[2][0]  # an admin's own group on the admin channel
     with pytest.raises(RouteError):
         Postman(org, Ledger(org.n)).stamp(admin, Send(org.group_peers_view(admin), ADMIN, "chat", 0), 0.0)
+    with pytest.raises(RouteError):  # another admin's peers: the sender among them
+        Postman(org, Ledger(org.n)).stamp(admin, Send(org.admin_peers_view(other), ADMIN, "chat", 0), 0.0)
+    with pytest.raises(RouteError):  # admin peers on the intra-group channel
+        Postman(org, Ledger(org.n)).stamp(admin, Send(org.admin_peers_view(admin), INTRA, "chat", 0), 0.0)

@@ -57,9 +57,10 @@ _NOT_MESH = frozenset(("hierarchy", "star", "graph"))
 def mesh_channels(org: Organisation, a: int) -> list[tuple[str, Sequence[int]]]:
     """Channels and peers of ``a`` for a symmetric exchange: each pair on one channel,
     the first of intra, admin, hierarchy that allows it (:meth:`Organisation.contacts`);
-    a member of one group has its group peers as a view (:meth:`Organisation.group_peers_view`)."""
+    peers as views where they are a whole group or every other admin
+    (:meth:`Organisation.group_peers_view`, :meth:`Organisation.admin_peers_view`)."""
     if org.boss is None and org.kind in ("two-tier", "flat"):  # disjoint channels, tree edges inside groups
-        pairs = ((INTRA, org.group_peers_view(a)), (ADMIN, org.admin_peers(a)))
+        pairs = ((INTRA, org.group_peers_view(a)), (ADMIN, org.admin_peers_view(a)))
         return [(channel, peers) for channel, peers in pairs if peers]
     return list(org.contacts(a))  # its own list, typed as a sequence of peers
 

@@ -321,6 +321,17 @@ class Organisation:
             return []
         return _without(self.admins, a)
 
+    def admin_peers_view(self, a: int) -> Sequence[int]:
+        """:meth:`admin_peers`, as a read-only :class:`~megaactors.core.peer_view.Without`
+        view of :attr:`admins` when ``a`` is an admin (no list is made; see
+        :meth:`group_peers_view`); a list otherwise."""
+        ag = self.admin_group[a] if self.graph is None else -1
+        if ag >= 0:
+            admins = self.admins
+            if admins[ag] == a:  # each group's admin, in group order
+                return without(admins, ag, len(admins))
+        return self.admin_peers(a)
+
     def tree_neighbours(self, a: int) -> list[int]:
         """Parent (if any) then recruits of ``a``: the hierarchy channel (on a graph
         organisation: whoever its edges let it reach on that channel)."""

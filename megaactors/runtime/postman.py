@@ -74,6 +74,12 @@ def _whole_group(members: list[int], i: int, recipients: list[int]) -> bool:
     return len(recipients) == len(members) - 1 and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]
 
 
+def _every_other(view: Without, members: list[int], sender: int) -> bool:
+    """Whether ``view`` is the whole of ``members`` less ``sender``."""
+    i = view.skip
+    return view.members is members and view.size == len(members) and 0 <= i < len(members) and members[i] == sender
+
+
 def check_routes(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> bool:
     """Raise :class:`RouteError` unless ``sender`` may reach every recipient on
     ``channel`` (vectorised for the common cases; the organisation's own check names
@@ -271,10 +277,13 @@ class Postman:
                     whole = 0 <= i < len(members) and members[i] == sender and len(recipients) == len(members) - 1
                     if whole and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]:  # _whole_group
                         group, self.position = mg, i
-        if group < 0 and type(recipients) is Without:  # not its sender's one group: checked as a list
-            recipients = recipients.as_list()
+        admins = False
+        if group < 0 and type(recipients) is Without:  # Organisation.admin_peers_view, or checked as a list
+            admins = channel == ADMIN and org.graph is None and _every_other(recipients, org.admins, sender)
+            if not admins:
+                recipients = recipients.as_list()
         self.group = group
-        broadcast = self.broadcast = group >= 0 or check_routes(org, sender, recipients, channel)
+        broadcast = self.broadcast = group >= 0 or admins or check_routes(org, sender, recipients, channel)
         if self._link is not None:
             self._use_machine(sender)
         first = self._next_id
