@@ -49,7 +49,7 @@ def latency(rng: random.Random) -> float:
 
 
 def peer_lists(org: Organisation) -> list[list[tuple[str, list[int]]]]:
-    return [mesh_channels(org, a) for a in range(org.n)]
+    return [[(ch, list(ps)) for ch, ps in mesh_channels(org, a)] for a in range(org.n)]
 
 
 class Counter:

@@ -30,6 +30,7 @@ count of what it read decides nothing and takes it in).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from megaactors.core.behaviour import NOTHING, AgentContext, Effects, LLMRequest, Send, new_send, sends_only
@@ -53,13 +54,15 @@ _NOTHING, _SEND_ROUND, _TASK_DOWN, _RESULT_UP, _ANSWER = 0, 1, 2, 3, 4
 _NOT_MESH = frozenset(("hierarchy", "star", "graph"))
 
 
-def mesh_channels(org: Organisation, a: int) -> list[tuple[str, list[int]]]:
+def mesh_channels(org: Organisation, a: int) -> list[tuple[str, Sequence[int]]]:
     """Channels and peers of ``a`` for a symmetric exchange: each pair on one channel,
-    the first of intra, admin, hierarchy that allows it (:meth:`Organisation.contacts`)."""
+    the first of intra, admin, hierarchy that allows it (:meth:`Organisation.contacts`);
+    peers as views where they are a whole group or every other admin
+    (:meth:`Organisation.group_peers_view`, :meth:`Organisation.admin_peers_view`)."""
     if org.boss is None and org.kind in ("two-tier", "flat"):  # disjoint channels, tree edges inside groups
-        pairs = ((INTRA, org.group_peers(a)), (ADMIN, org.admin_peers(a)))
+        pairs = ((INTRA, org.group_peers_view(a)), (ADMIN, org.admin_peers_view(a)))
         return [(channel, peers) for channel, peers in pairs if peers]
-    return org.contacts(a)
+    return list(org.contacts(a))  # its own list, typed as a sequence of peers
 
 
 def mesh_degree(org: Organisation, a: int) -> int:

@@ -24,7 +24,7 @@ roles.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ import numpy as np
 
 from megaactors.core.graph import CommunicationGraph
 from megaactors.core.messages import ADMIN, CHANNELS, HIERARCHY, INTRA
+from megaactors.core.peer_view import without
 from megaactors.errors import OrganisationError, RecruitError, RouteError
 
 if TYPE_CHECKING:
@@ -294,6 +295,24 @@ class Organisation:
             peers.extend(_without(self.groups[ag], a))
         return peers
 
+    def group_peers_view(self, a: int) -> Sequence[int]:
+        """:meth:`group_peers`, as a read-only :class:`~megaactors.core.peer_view.Without`
+        view of the group's member list when ``a`` is a member of one group only (no
+        list is made: a broadcast's recipients, which the postman recognises at once);
+        a list otherwise. The view is for a send made now: it reads the member list as
+        it will stand, and members join at its end."""
+        if self.graph is None:
+            mg, ag = self.member_group[a], self.admin_group[a]
+            if mg >= 0 and not 0 <= ag != mg:
+                members = self.groups[mg]
+                i = a - members[0]  # where consecutive ids put it, else searched
+                if not (0 <= i < len(members) and members[i] == a):
+                    i = bisect_left(members, a)
+                    if i == len(members) or members[i] != a:
+                        return self.group_peers(a)
+                return without(members, i, len(members))
+        return self.group_peers(a)
+
     def admin_peers(self, a: int) -> list[int]:
         """Everyone ``a`` may reach on the admin channel."""
         if self.graph is not None:
@@ -301,6 +320,17 @@ class Organisation:
         if self.admin_group[a] < 0:
             return []
         return _without(self.admins, a)
+
+    def admin_peers_view(self, a: int) -> Sequence[int]:
+        """:meth:`admin_peers`, as a read-only :class:`~megaactors.core.peer_view.Without`
+        view of :attr:`admins` when ``a`` is an admin (no list is made; see
+        :meth:`group_peers_view`); a list otherwise."""
+        ag = self.admin_group[a] if self.graph is None else -1
+        if ag >= 0:
+            admins = self.admins
+            if admins[ag] == a:  # each group's admin, in group order
+                return without(admins, ag, len(admins))
+        return self.admin_peers(a)
 
     def tree_neighbours(self, a: int) -> list[int]:
         """Parent (if any) then recruits of ``a``: the hierarchy channel (on a graph

@@ -13,6 +13,14 @@ than the bucket width) goes into :attr:`soon`, a heap beside it, rather than int
 the sorted bucket (inserting into the middle of a list moves every later entry); the
 next event is the lesser of ``current[index]`` and ``soon[0]``.
 
+A bucket is sorted by time alone (a stable sort of floats, several times faster than
+comparing tuples) while the order events were appended in is their sequence order
+among equal times: :meth:`push` takes events in increasing sequence order (as the
+simulation numbers them), and the constructor pushes the events it is given sorted.
+An event keyed out of that order (:meth:`push_keyed`, a copy between machines) or a
+restored network event (which may be one) makes the queue sort every bucket after it
+by ``(time, sequence)``.
+
 The simulation's main loop reads :attr:`current` from :attr:`index` and :attr:`soon`
 directly (attribute reads per event instead of a call); everything else goes
 through methods.
@@ -34,6 +42,7 @@ see :data:`~megaactors.runtime.sim_state.LLMInFlight`); only the first three are
 as the event."""
 
 _EVENT = itemgetter(0, 1, 2)
+_TIME = itemgetter(0)
 
 
 def superstep_end(t: float, step_s: float) -> float:
@@ -47,7 +56,7 @@ def superstep_end(t: float, step_s: float) -> float:
 class EventQueue:
     """Events ordered by ``(time, sequence)``, bucketed by time."""
 
-    __slots__ = ("_keys", "buckets", "current", "current_key", "index", "inverse_width", "soon")
+    __slots__ = ("_keys", "buckets", "current", "current_key", "index", "inverse_width", "keyed", "soon")
 
     def __init__(self, width: float, events: Iterable[Event] = ()) -> None:
         if not width > 0 or width == float("inf"):
@@ -68,11 +77,16 @@ class EventQueue:
         self.soon: list[Event] = []
         """Events due within the current bucket pushed after it was sorted (a heap;
         always this one list)."""
-        for event in events:
+        restored = sorted(events, key=_EVENT)
+        self.keyed = any(event[2] < 0 for event in restored)
+        """Whether an event may have been appended out of sequence order: buckets are
+        then sorted by ``(time, sequence)`` rather than by time alone."""
+        for event in restored:
             self.push(event)
 
     def push(self, event: Event) -> None:
-        """Schedule ``event`` (its time is never before the last event popped)."""
+        """Schedule ``event`` (its time is never before the last event popped; its
+        sequence number above those of every event pushed before, or the constructor's)."""
         key = int(event[0] * self.inverse_width)  # monotone in time: same bucket for equal times
         if key <= self.current_key:
             heapq.heappush(self.soon, event)
@@ -84,6 +98,12 @@ class EventQueue:
         else:
             bucket.append(event)
 
+    def push_keyed(self, event: Event) -> None:
+        """Schedule ``event``, whose sequence number may be below those pushed before
+        (a key of its own): from now on, buckets are sorted by ``(time, sequence)``."""
+        self.keyed = True
+        self.push(event)
+
     def refill(self) -> bool:
         """Move on to the next non-empty bucket once the current one and :attr:`soon`
         are done; False when no event is left."""
@@ -93,7 +113,10 @@ class EventQueue:
             return False
         key = heapq.heappop(self._keys)
         bucket = self.buckets.pop(key)
-        bucket.sort()
+        if self.keyed:
+            bucket.sort()
+        else:  # appended in sequence order: a stable sort by time is the tuple order
+            bucket.sort(key=_TIME)
         self.current, self.index, self.current_key = bucket, 0, key
         return True
 

@@ -234,7 +234,8 @@ class Mailboxes:
             span = self._spans.get(mg)
             if span is None or len(span) != len(members):
                 span = self._spans[mg] = _span(members)
-        if len(packet.recipients) == len(members) - 1:
+        recipients = packet.recipients
+        if type(recipients) is not Without and len(recipients) == len(members) - 1:  # a view is one already
             packet.recipients = without(members, member_position(members, sender), len(members))
         if log is not None:
             log.post(packet, sender)

@@ -31,6 +31,7 @@ from megaactors.core.messages import (
     new_packet,
 )
 from megaactors.core.organisation import Organisation, RouteError
+from megaactors.core.peer_view import Without
 from megaactors.runtime.machine_link import MachineLink
 
 __all__ = ["Postman", "check_routes", "is_broadcast"]
@@ -71,6 +72,12 @@ def _whole_group(members: list[int], i: int, recipients: list[int]) -> bool:
     """Whether ``recipients`` is ``members`` without its ``i``-th (same order),
     compared in slices: the peers' list is not built."""
     return len(recipients) == len(members) - 1 and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]
+
+
+def _every_other(view: Without, members: list[int], sender: int) -> bool:
+    """Whether ``view`` is the whole of ``members`` less ``sender``."""
+    i = view.skip
+    return view.members is members and view.size == len(members) and 0 <= i < len(members) and members[i] == sender
 
 
 def check_routes(org: Organisation, sender: int, recipients: Sequence[int], channel: str) -> bool:
@@ -253,21 +260,34 @@ class Postman:
         recipients, channel, org = send.recipients, send.channel, self.org
         group = -1
         # _group_broadcast, inlined: the commonest send of a chat (the sender's whole group)
-        one = channel == INTRA and org.graph is None and type(recipients) is list and type(sender) is int
+        one = channel == INTRA and org.graph is None and type(sender) is int
         if one and 0 <= sender < len(org.member_group):  # an agent (org.n, without the property's call)
             mg, ag = org.member_group[sender], org.admin_group[sender]
             if mg >= 0 and not 0 <= ag != mg:
                 members = org.groups[mg]
-                i = sender - members[0]
-                whole = 0 <= i < len(members) and members[i] == sender and len(recipients) == len(members) - 1
-                if whole and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]:  # _whole_group
-                    group, self.position = mg, i
+                if type(recipients) is Without:  # Organisation.group_peers_view: its fields tell
+                    i = recipients.skip
+                    whole = recipients.members is members and recipients.size == len(members)
+                    if whole and 0 <= i < len(members) and members[i] == sender:
+                        group, self.position = mg, i
+                    else:
+                        recipients = recipients.as_list()
+                if group < 0 and type(recipients) is list:
+                    i = sender - members[0]
+                    whole = 0 <= i < len(members) and members[i] == sender and len(recipients) == len(members) - 1
+                    if whole and recipients[:i] == members[:i] and recipients[i:] == members[i + 1 :]:  # _whole_group
+                        group, self.position = mg, i
+        admins = False
+        if group < 0 and type(recipients) is Without:  # Organisation.admin_peers_view, or checked as a list
+            admins = channel == ADMIN and org.graph is None and _every_other(recipients, org.admins, sender)
+            if not admins:
+                recipients = recipients.as_list()
         self.group = group
-        broadcast = self.broadcast = group >= 0 or check_routes(org, sender, recipients, channel)
+        broadcast = self.broadcast = group >= 0 or admins or check_routes(org, sender, recipients, channel)
         if self._link is not None:
             self._use_machine(sender)
         first = self._next_id
-        count = len(recipients)
+        count = len(recipients) if group < 0 else len(members) - 1
         mid = first + count
         if mid <= self._id_bound:  # every id of the send has the size of the first
             packets = [new_packet(sender, channel, send.kind, send.payload, send.parent, now, first, recipients)]

@@ -114,7 +114,7 @@ class SimQueues:
     def schedule_keyed(self, time: float, key: int) -> None:
         """Schedule the network event ``key`` at ``time`` (a copy between machines,
         keyed by :class:`~megaactors.runtime.machine_link.MachineLink`)."""
-        self._events.push((time, key, -key))
+        self._events.push_keyed((time, key, -key))
 
     def enqueue(self, recipient: int, packet: Packet) -> None:
         """A copy of ``packet`` arrives in ``recipient``'s private in-queue."""
