@@ -42,14 +42,14 @@ def narrow_ints(values: np.ndarray) -> bytes:
     return values.astype(_WIDTHS[width]).tobytes()
 
 
-def widen_ints(packed: bytes, n: int, what: str) -> np.ndarray:
+def widen_ints(packed: bytes, n: int, what: str, of: str = "values") -> np.ndarray:
     """The ``n`` int64 values of :func:`narrow_ints`' ``packed`` (``what``: their
-    name in the error a wrong length raises)."""
+    name in the error a wrong length raises, ``of``: what they are ``n`` of)."""
     if not n and not packed:
         return np.zeros(0, dtype=np.int64)
     width = len(packed) // n if n else 0
     if width not in _WIDTHS or width * n != len(packed):
-        raise StateError(f"a delta holds {len(packed)} bytes of {what} for {n} values")
+        raise StateError(f"a delta holds {len(packed)} bytes of {what} for {n} {of}")
     return np.frombuffer(packed, dtype=_WIDTHS[width]).astype(np.int64)
 
 

@@ -22,7 +22,7 @@ from megaactors.core.machine_ledger import MachineLedger
 from megaactors.core.messages import CHANNELS, Packet
 from megaactors.core.organisation import Organisation
 from megaactors.core.trace import Trace
-from megaactors.errors import StateError
+from megaactors.durable.narrow import narrow_ints, widen_ints
 
 __all__ = [
     "LEDGER_SCALARS",
@@ -231,14 +231,11 @@ def pick_cells(column: array[Any], at: np.ndarray) -> bytes:
     return np.frombuffer(column, dtype=column_dtype(column))[at].tobytes()
 
 
-_INTEGER_WIDTHS = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
-"""The signed integer type of each width in bytes (:func:`added_cells`)."""
-
-
 def added_cells(column: array[int], shadow: np.ndarray, at: np.ndarray) -> bytes:
     """What the cells of the integer ``column`` at the indices ``at`` gained since
     ``shadow`` (cells beyond it count from 0), packed in the narrowest signed integer
-    type that holds every gain (:func:`add_cells` tells it by the length)."""
+    type that holds every gain (:func:`~megaactors.durable.narrow.narrow_ints`;
+    :func:`add_cells` tells it by the length)."""
     if not len(at):
         return b""
     current: np.ndarray = np.frombuffer(column, dtype=np.int64)
@@ -250,9 +247,7 @@ def added_cells(column: array[int], shadow: np.ndarray, at: np.ndarray) -> bytes
         known = at < len(shadow)
         gained[known] -= shadow[at[known]]
     del current  # release the buffer: the column may grow later
-    low, high = int(gained.min()), int(gained.max())
-    width = next(w for w in (1, 2, 4, 8) if -(1 << (8 * w - 1)) <= low and high < 1 << (8 * w - 1))
-    return gained.astype(_INTEGER_WIDTHS[width]).tobytes()
+    return narrow_ints(gained)
 
 
 def add_cells(column: array[int], at: bytes, gains: bytes) -> None:
@@ -261,10 +256,7 @@ def add_cells(column: array[int], at: bytes, gains: bytes) -> None:
     target: np.ndarray = np.frombuffer(column, dtype=np.int64)
     where = np.frombuffer(at, dtype=np.int64)
     if len(where):
-        width = len(gains) // len(where)
-        if width not in _INTEGER_WIDTHS or width * len(where) != len(gains):
-            raise StateError(f"a delta holds {len(gains)} bytes of ledger gains for {len(where)} agents")
-        target[where] += np.frombuffer(gains, dtype=_INTEGER_WIDTHS[width])
+        target[where] += widen_ints(gains, len(where), "ledger gains", of="agents")
     del target  # release the buffer: the column may grow later
 
 
