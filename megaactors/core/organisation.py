@@ -23,7 +23,6 @@ roles.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,7 @@ import numpy as np
 
 from megaactors.core.graph import CommunicationGraph
 from megaactors.core.messages import ADMIN, CHANNELS, HIERARCHY, INTRA
-from megaactors.core.peer_view import without
+from megaactors.core.peer_view import member_position, without
 from megaactors.errors import OrganisationError, RecruitError, RouteError
 
 if TYPE_CHECKING:
@@ -305,12 +304,10 @@ class Organisation:
             mg, ag = self.member_group[a], self.admin_group[a]
             if mg >= 0 and not 0 <= ag != mg:
                 members = self.groups[mg]
-                i = a - members[0]  # where consecutive ids put it, else searched
-                if not (0 <= i < len(members) and members[i] == a):
-                    i = bisect_left(members, a)
-                    if i == len(members) or members[i] != a:
-                        return self.group_peers(a)
-                return without(members, i, len(members))
+                try:
+                    return without(members, member_position(members, a), len(members))
+                except ValueError:  # not among its group's members: as group_peers says
+                    pass
         return self.group_peers(a)
 
     def admin_peers(self, a: int) -> list[int]:
@@ -464,14 +461,12 @@ class Organisation:
 
 
 def _without(members: list[int], a: int) -> list[int]:
-    """``members`` without ``a`` (copied by slices, not element by element). Where
-    ``a`` sits is guessed first from consecutive or sorted ids, then searched."""
-    i = a - members[0] if members else -1
-    if not 0 <= i < len(members) or members[i] != a:
-        i = bisect_left(members, a)
-        if i == len(members) or members[i] != a:
-            try:
-                i = members.index(a)
-            except ValueError:
-                return list(members)
+    """``members`` without ``a`` (copied by slices, not element by element; where
+    ``a`` sits found by :func:`~megaactors.core.peer_view.member_position`)."""
+    if not members:
+        return []
+    try:
+        i = member_position(members, a)
+    except ValueError:  # not a member
+        return list(members)
     return members[:i] + members[i + 1 :]

@@ -266,10 +266,8 @@ class Postman:
             if mg >= 0 and not 0 <= ag != mg:
                 members = org.groups[mg]
                 if type(recipients) is Without:  # Organisation.group_peers_view: its fields tell
-                    i = recipients.skip
-                    whole = recipients.members is members and recipients.size == len(members)
-                    if whole and 0 <= i < len(members) and members[i] == sender:
-                        group, self.position = mg, i
+                    if _every_other(recipients, members, sender):
+                        group, self.position = mg, recipients.skip
                     else:
                         recipients = recipients.as_list()
                 if group < 0 and type(recipients) is list:
