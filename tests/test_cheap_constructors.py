@@ -79,7 +79,7 @@ def test_the_deepest_queue_is_read_from_the_in_queues_once_every_log_is_read() -
 
 
 def test_a_view_of_a_group_made_cheaply_equals_the_one_its_class_makes() -> None:
-    from megaactors.runtime.channel_log import Without, without
+    from megaactors.core.peer_view import Without, without
 
     members = [10, 11, 12, 13]
     made = without(members, 2, 4)

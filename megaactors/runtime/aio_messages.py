@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from megaactors.core.agent import IDLE, PROCESSING, RESPONSE, Agent
 from megaactors.core.messages import Batch, Packet
-from megaactors.runtime.channel_log import Without
+from megaactors.core.peer_view import Without
 from megaactors.runtime.mailboxes import gather, leads
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ without touching a packet (:func:`leads`). A log keeps an
 entry until every subscriber has read past it, and never changes a list of entries
 it has handed out (:data:`LogSlice`): it appends, or replaces the list, so a reader
 may list the packets it took later, or never. The packet of a broadcast lists its
-recipients as a :class:`Without` view of the organisation's own member list (same
+recipients as a :class:`~megaactors.core.peer_view.Without` view of the organisation's own member list (same
 ids, same order) rather than a list per send.
 """
 
@@ -22,10 +22,9 @@ from operator import attrgetter
 from typing import cast
 
 from megaactors.core.messages import Packet, lead
-from megaactors.core.peer_view import Without, member_position, without
 from megaactors.core.shared_ints import SHARED_BELOW, SHARED_COUNTS
 
-__all__ = ["ChannelLog", "LogSlice", "Without", "gather", "leads", "member_position", "without"]
+__all__ = ["ChannelLog", "LogSlice", "gather", "leads"]
 
 _copy_bytes = attrgetter("copy_bytes")
 _first_id = attrgetter("first_id")

@@ -34,7 +34,8 @@ from typing import Any
 
 from megaactors.core.messages import ADMIN, INTRA, Packet
 from megaactors.core.organisation import Organisation
-from megaactors.runtime.channel_log import ChannelLog, LogSlice, Without, gather, leads, member_position, without
+from megaactors.core.peer_view import Without, member_position, without
+from megaactors.runtime.channel_log import ChannelLog, LogSlice, gather, leads
 from megaactors.runtime.postman import is_broadcast
 
 __all__ = ["ChannelLog", "LogSlice", "Mailboxes", "Without", "gather", "leads"]
